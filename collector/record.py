@@ -1,0 +1,103 @@
+"""RagRecord: the one type passed between the collector's stages.
+
+Field names follow Ragas where Ragas has one (``user_input``, ``retrieved_contexts``,
+``response``, ``reference``) so a record dumps straight to a Ragas-style JSONL row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Context(BaseModel):
+    """One retrieved chunk, in rank order."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    content: str
+    id: str | None = None
+    score: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Turn(BaseModel):
+    """One conversation turn (for multi-turn metrics such as completeness)."""
+
+    role: str
+    content: str
+
+
+class RagRecord(BaseModel):
+    """A whole RAG request: what was asked, retrieved, answered, and how fast.
+
+    ``retrieved_contexts`` accepts plain strings (Ragas rows) or dicts with ``content``
+    (or ``page_content``/``text``), ``id``, ``score`` and ``metadata``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = None  # dataset row id; defaults to trace_id for live records
+    trace_id: str | None = None  # 32 lowercase hex digits
+    service: str | None = None
+    pipeline: str | None = None
+
+    user_input: str | None = None
+    retrieved_contexts: list[Context] = Field(default_factory=list)
+    response: str | None = None
+    reference: str | None = None
+    turns: list[Turn] = Field(default_factory=list)
+
+    model: str | None = None
+    provider: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ttft_seconds: float | None = None
+    tpot_seconds: float | None = None
+    request_duration_seconds: float | None = None
+    retrieval_duration_seconds: float | None = None
+    generation_duration_seconds: float | None = None
+    streamed: bool | None = None
+
+    session_id: str | None = None
+    user_id: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None  # error type/message of the request, None when it succeeded
+    sample_requested: bool = False  # the app flagged this request for scoring
+    sampling_weight: float = 1.0  # 1 / sampling probability, for unbiased aggregates
+    start_time_unix_nano: int | None = None
+    end_time_unix_nano: int | None = None
+
+    @field_validator("retrieved_contexts", mode="before")
+    @classmethod
+    def _coerce_contexts(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        out = []
+        for item in value:
+            if isinstance(item, str):
+                out.append({"content": item})
+            elif isinstance(item, dict) and "content" not in item:
+                text = item.get("page_content", item.get("text"))
+                out.append({**item, "content": text if text is not None else ""})
+            else:
+                out.append(item)
+        return out
+
+    @property
+    def context_texts(self) -> list[str]:
+        """The retrieved chunks' text, in rank order (what Ragas calls ``retrieved_contexts``)."""
+        return [c.content for c in self.retrieved_contexts]
+
+    @property
+    def key(self) -> str:
+        """Stable identity used for idempotent scoring: trace id for live records, else row id."""
+        return self.trace_id or self.id or ""
+
+    def to_ragas_row(self) -> dict[str, Any]:
+        """A Ragas single-turn row (plain-string contexts) with our extra fields beside it."""
+        row = self.model_dump(exclude_none=True, exclude_defaults=True)
+        row["retrieved_contexts"] = self.context_texts
+        return row

@@ -1,0 +1,120 @@
+"""The span contract: every attribute name the SDK writes and the collector reads, in one place.
+
+Two conventions are written side by side so that any backend can read our spans:
+OpenInference (Arize Phoenix, Langfuse's OpenInference mapping) and the OpenTelemetry
+GenAI semantic conventions (``gen_ai.*``). Names under ``ragtrace.*`` carry what
+neither convention defines yet (TPOT, chunk counts, reference answers for canaries).
+"""
+
+from __future__ import annotations
+
+# --- OpenInference -------------------------------------------------------------------------
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+SPAN_KIND_CHAIN = "CHAIN"
+SPAN_KIND_RETRIEVER = "RETRIEVER"
+SPAN_KIND_RERANKER = "RERANKER"
+SPAN_KIND_LLM = "LLM"
+SPAN_KIND_EMBEDDING = "EMBEDDING"
+SPAN_KIND_EVALUATOR = "EVALUATOR"
+
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+MIME_TEXT = "text/plain"
+MIME_JSON = "application/json"
+
+SESSION_ID = "session.id"
+USER_ID = "user.id"
+METADATA = "metadata"  # JSON string
+TAG_TAGS = "tag.tags"  # list[str]
+
+RETRIEVAL_DOCUMENTS = "retrieval.documents"  # prefix: retrieval.documents.{i}.document.{field}
+DOCUMENT_ID = "document.id"
+DOCUMENT_CONTENT = "document.content"
+DOCUMENT_SCORE = "document.score"
+DOCUMENT_METADATA = "document.metadata"  # JSON string
+
+RERANKER_INPUT_DOCUMENTS = "reranker.input_documents"
+RERANKER_OUTPUT_DOCUMENTS = "reranker.output_documents"
+RERANKER_QUERY = "reranker.query"
+RERANKER_MODEL_NAME = "reranker.model_name"
+RERANKER_TOP_K = "reranker.top_k"
+
+LLM_MODEL_NAME = "llm.model_name"
+LLM_PROVIDER = "llm.provider"
+LLM_SYSTEM = "llm.system"
+LLM_INVOCATION_PARAMETERS = "llm.invocation_parameters"
+LLM_INPUT_MESSAGES = "llm.input_messages"  # prefix: llm.input_messages.{i}.message.{role,content}
+LLM_OUTPUT_MESSAGES = "llm.output_messages"
+MESSAGE_ROLE = "message.role"
+MESSAGE_CONTENT = "message.content"
+LLM_TOKEN_COUNT_PROMPT = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL = "llm.token_count.total"
+
+
+def document_attr(i: int, field: str, prefix: str = RETRIEVAL_DOCUMENTS) -> str:
+    """``retrieval.documents.{i}.document.{field}`` (OpenInference flattened list form)."""
+    return f"{prefix}.{i}.document.{field}"
+
+
+def message_attr(i: int, field: str, prefix: str = LLM_INPUT_MESSAGES) -> str:
+    """``llm.input_messages.{i}.message.{field}``."""
+    return f"{prefix}.{i}.message.{field}"
+
+
+# --- OpenTelemetry GenAI semantic conventions ----------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"  # "retrieval" | "chat" | "text_completion" | ...
+GEN_AI_OPERATION_RETRIEVAL = "retrieval"
+GEN_AI_OPERATION_CHAT = "chat"
+GEN_AI_OPERATION_INVOKE_AGENT = "invoke_agent"
+GEN_AI_OPERATION_WORKFLOW = "invoke_workflow"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_SYSTEM = "gen_ai.system"  # older name of the provider, still emitted by many instrumentations
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # seconds
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"  # JSON
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"  # JSON
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"  # JSON: [{"id":..., "score":...}]
+GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+# Older (pre-1.37) names still emitted by OpenLLMetry / OpenLIT
+GEN_AI_PROMPT_PREFIX = "gen_ai.prompt"  # gen_ai.prompt.{i}.{role,content}
+GEN_AI_COMPLETION_PREFIX = "gen_ai.completion"  # gen_ai.completion.{i}.{role,content}
+GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+
+# Evaluation results (event on the evaluated trace)
+GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+
+# --- ragtrace extensions --------------------------------------------------------------------
+RAGTRACE_SPAN_ROLE = "ragtrace.span.role"  # "pipeline" | "retriever" | "reranker" | "generator"
+ROLE_PIPELINE = "pipeline"
+ROLE_RETRIEVER = "retriever"
+ROLE_RERANKER = "reranker"
+ROLE_GENERATOR = "generator"
+RAGTRACE_PIPELINE_NAME = "ragtrace.pipeline.name"
+RAGTRACE_REFERENCE = "ragtrace.reference"  # reference answer attached with annotate()
+RAGTRACE_TAGS = "ragtrace.tags"
+RAGTRACE_SAMPLE = "ragtrace.sample"  # bool: the user asks the collector to always score this request
+RAGTRACE_CONTEXTS = "ragtrace.generator.contexts"  # JSON list of context strings given to the generator
+RAGTRACE_TIME_PER_OUTPUT_TOKEN = "ragtrace.response.time_per_output_token"  # seconds
+RAGTRACE_TPOT_BASIS = "ragtrace.response.time_per_output_token.basis"  # "tokens" | "chunks"
+RAGTRACE_CHUNK_COUNT = "ragtrace.response.chunk_count"
+RAGTRACE_STREAM_ABANDONED = "ragtrace.stream.abandoned"
+RAGTRACE_TRUNCATED = "ragtrace.truncated"  # bool: some attribute was shortened or dropped
+RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the per-span cap
