@@ -1,0 +1,25 @@
+"""Loopback helpers for tests that start real servers."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
+    """Block until something accepts connections on host:port, or raise TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
