@@ -1,0 +1,343 @@
+"""A scripted OpenAI-compatible HTTP server for tests and benchmarks (the only LLM stand-in).
+
+It serves ``POST /v1/chat/completions`` and ``POST /v1/embeddings`` (also without the ``/v1``
+prefix) on a free loopback port from a thread, so judge code talks to it over real HTTP through
+``litellm`` exactly as it would to a provider, and knows nothing about it.
+
+API::
+
+    from tests.support.scripted_openai import ScriptedOpenAI, Reply
+
+    with ScriptedOpenAI() as server:                 # starts on 127.0.0.1:<free port>
+        server.base_url                              # "http://127.0.0.1:PORT/v1"
+        server.push(Reply(status=429), Reply(json={"claims": ["a"]}))   # FIFO script of replies
+        ...                                          # litellm.acompletion(model="openai/x",
+                                                     #   api_base=server.base_url, api_key="k", ...)
+        server.requests                              # request log: list of LoggedRequest
+        server.chat_requests()                       # only the chat completions
+
+Replies (:class:`Reply`, or a shortcut: a ``str`` is raw reply text, a ``dict``/``list`` is a JSON
+reply, an ``int`` is an HTTP error status):
+
+* ``Reply(json=obj)`` — 200, the message content is ``json.dumps(obj)``.
+* ``Reply(content="not json {")`` — 200 with raw (possibly invalid) text.
+* ``Reply(status=429)`` / ``Reply(status=500)`` — an OpenAI-style error body with that status.
+* ``Reply(delay=2.0, json=...)`` — sleeps before answering (client timeouts).
+* ``Reply(logprobs=[{"7": -0.1, "8": -2.3}, ...])`` — ``choices[0].logprobs.content``: one entry per
+  position, each dict the position's ``top_logprobs`` (the chosen token is the most probable one).
+* ``Reply(drop=True)`` — closes the connection without answering (a dead peer mid-request).
+* ``prompt_tokens`` / ``completion_tokens`` override the usage the server reports.
+
+When the script is empty the server asks ``responder(body) -> Reply | str | dict | int`` (the
+parsed request body), so a test can answer by a function of the request (a "scripted judge");
+with no responder it replies ``{}``. ``ScriptedOpenAI(delay=0.2)`` adds latency to every call.
+
+Usage: every chat reply carries ``usage`` with ``prompt_tokens`` = ceil(characters of all messages
+/ 4) and ``completion_tokens`` = ceil(characters of the content / 4) (or the overrides), so token
+accounting is testable and deterministic. Embeddings come from ``embedder(texts) -> vectors``;
+the default is a deterministic hashed bag-of-words vector (unit length, 64 dimensions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from tests.support.net import free_port
+
+
+@dataclass
+class Reply:
+    """One scripted reply (see the module docstring)."""
+
+    content: str | None = None
+    json: Any = None
+    status: int = 200
+    delay: float = 0.0
+    logprobs: list[dict[str, float]] | None = None
+    drop: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error_message: str | None = None
+
+    def text(self) -> str:
+        if self.content is not None:
+            return self.content
+        if self.json is not None:
+            return json.dumps(self.json)
+        return "{}"
+
+
+@dataclass
+class LoggedRequest:
+    """What the server received: path, parsed JSON body (None if unparseable) and arrival time."""
+
+    path: str
+    body: Any
+    received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list((self.body or {}).get("messages") or [])
+
+    @property
+    def prompt_text(self) -> str:
+        """All message contents joined (what a test greps for)."""
+        return "\n".join(_content_text(m.get("content")) for m in self.messages)
+
+
+def as_reply(value: Any) -> Reply:
+    """Normalise a script entry / responder result into a :class:`Reply`."""
+    if isinstance(value, Reply):
+        return value
+    if isinstance(value, str):
+        return Reply(content=value)
+    if isinstance(value, bool) or value is None:
+        return Reply(json={})
+    if isinstance(value, int):
+        return Reply(status=value)
+    return Reply(json=value)
+
+
+def hashed_embedding(text: str, dims: int = 64) -> list[float]:
+    """A deterministic unit vector from the text's lowercased words (similar texts, similar vectors)."""
+    vec = [0.0] * dims
+    for word in re.findall(r"\w+", text.lower()):
+        h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+        vec[h % dims] += 1.0 if (h >> 32) & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec))
+    if norm == 0:
+        vec[0] = 1.0
+        return vec
+    return [v / norm for v in vec]
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _tokens(chars: int) -> int:
+    return max(1, math.ceil(chars / 4))
+
+
+class ScriptedOpenAI:
+    """The server. Thread-safe: handlers run in threads, the script is a locked deque."""
+
+    def __init__(
+        self,
+        script: list[Any] | None = None,
+        responder: Callable[[dict[str, Any]], Any] | None = None,
+        embedder: Callable[[list[str]], list[list[float]]] | None = None,
+        delay: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+    ) -> None:
+        self._script: deque[Any] = deque(script or [])
+        self.responder = responder
+        self.embedder = embedder or (lambda texts: [hashed_embedding(t) for t in texts])
+        self.delay = delay
+        self.host = host
+        self.port = port or free_port()
+        self.requests: list[LoggedRequest] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle ------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> "ScriptedOpenAI":
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer((self.host, self.port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> "ScriptedOpenAI":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # script ---------------------------------------------------------------------------------
+    def push(self, *replies: Any) -> None:
+        """Append replies to the script (consumed first-in first-out, one per chat request)."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self.requests.clear()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def chat_requests(self) -> list[LoggedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def embedding_requests(self) -> list[LoggedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/embeddings")]
+
+    # internals ------------------------------------------------------------------------------
+    def _log(self, path: str, body: Any) -> None:
+        with self._lock:
+            self.requests.append(LoggedRequest(path, body))
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            entry = self._script.popleft() if self._script else None
+            has_entry = entry is not None
+        if has_entry:
+            return as_reply(entry)
+        if self.responder is not None:
+            return as_reply(self.responder(body))
+        return Reply(json={})
+
+    def chat_response(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        text = reply.text()
+        prompt_chars = sum(len(_content_text(m.get("content"))) for m in body.get("messages") or [])
+        prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _tokens(prompt_chars)
+        completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else _tokens(len(text))
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }
+        if reply.logprobs is not None:
+            entries = []
+            for top in reply.logprobs:
+                best = max(top.items(), key=lambda kv: kv[1])
+                entries.append(
+                    {
+                        "token": best[0],
+                        "logprob": best[1],
+                        "bytes": list(best[0].encode()),
+                        "top_logprobs": [
+                            {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top.items()
+                        ],
+                    }
+                )
+            choice["logprobs"] = {"content": entries}
+        else:
+            choice["logprobs"] = None
+        return {
+            "id": f"chatcmpl-scripted-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def embeddings_response(self, body: dict[str, Any]) -> dict[str, Any]:
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in (inputs or [])]
+        vectors = self.embedder(texts)
+        tokens = _tokens(sum(len(t) for t in texts))
+        return {
+            "object": "list",
+            "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+            "model": body.get("model", "scripted-embedding"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+
+def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+            return
+
+        def _send_json(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+            else:
+                self._send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
+            path = self.path.split("?", 1)[0]
+            server._log(path, body)
+            if not isinstance(body, dict):
+                self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}})
+                return
+            if server.delay:
+                time.sleep(server.delay)
+            if path.endswith("/embeddings"):
+                self._send_json(200, server.embeddings_response(body))
+                return
+            if not path.endswith("/chat/completions"):
+                self._send_json(404, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}})
+                return
+            try:
+                reply = server._next_reply(body)
+            except Exception as exc:  # a broken responder is a 500, visible to the test
+                self._send_json(500, {"error": {"message": f"responder failed: {exc!r}", "type": "server_error"}})
+                return
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass
+                return
+            if reply.status != 200:
+                kind = "rate_limit_error" if reply.status == 429 else "server_error"
+                message = reply.error_message or f"scripted HTTP {reply.status}"
+                self._send_json(reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}})
+                return
+            try:
+                self._send_json(200, server.chat_response(body, reply))
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+                pass
+
+    return Handler
