@@ -1,0 +1,213 @@
+"""RedisStreamQueue against Debian's real redis-server (started per module on a free loopback port)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from collector.queue import open_queue
+from collector.queue.redis import RedisStreamQueue, ScoredMarks
+from collector.record import RagRecord
+from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server():
+    import os
+
+    if not os.path.exists(REDIS_SERVER):
+        pytest.skip("redis-server not installed")
+    srv = RedisServer().start()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def rec(i: int) -> RagRecord:
+    return RagRecord(trace_id=f"{i:032x}", user_input=f"q{i}", response=f"a{i}", pipeline="p")
+
+
+def make(server, prefix, **kw) -> RedisStreamQueue:
+    return RedisStreamQueue(f"{server.url}?prefix={prefix}", **kw)
+
+
+def test_put_lease_ack_roundtrip(server, prefix):
+    q = make(server, prefix)
+    assert q.depth() == 0 and q.oldest_age() is None
+    for i in range(5):
+        assert q.put(rec(i))
+    assert q.depth() == 5
+    assert q.oldest_age() >= 0.0
+    got = q.lease(3, lease_seconds=30)
+    assert [g.record.trace_id for g in got] == [f"{i:032x}" for i in range(3)]
+    assert all(g.attempts == 1 for g in got)
+    assert got[0].record.user_input == "q0" and got[0].enqueued_at <= time.time()
+    for g in got:
+        q.ack(g.receipt)
+    assert q.depth() == 2
+    rest = q.lease(10, lease_seconds=30)
+    assert [g.record.user_input for g in rest] == ["q3", "q4"]
+    assert q.lease(10, lease_seconds=30) == []  # leased records are not handed out twice
+    for g in rest:
+        q.ack(g.receipt)
+    assert q.depth() == 0 and q.oldest_age() is None
+    q.close()
+
+
+def test_open_queue_redis_url(server, prefix):
+    q = open_queue(f"{server.url}?prefix={prefix}", max_depth=7)
+    assert isinstance(q, RedisStreamQueue) and q.max_depth == 7 and q.stream == f"{prefix}:records"
+    q.close()
+
+
+def test_consumers_share_work_without_duplicates(server, prefix):
+    producer = make(server, prefix)
+    for i in range(200):
+        producer.put(rec(i))
+    workers = [make(server, prefix) for _ in range(3)]
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def drain(q: RedisStreamQueue) -> None:
+        while True:
+            batch = q.lease(7, lease_seconds=30)
+            if not batch:
+                return
+            for leased in batch:
+                with lock:
+                    seen.append(leased.record.trace_id)
+                q.ack(leased.receipt)
+
+    threads = [threading.Thread(target=drain, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == sorted(f"{i:032x}" for i in range(200))
+    assert producer.depth() == 0
+
+
+def test_dead_consumers_entries_are_reclaimed_after_lease(server, prefix):
+    q = make(server, prefix)
+    q.put(rec(1))
+    dead = make(server, prefix, consumer="dead-worker")
+    first = dead.lease(1, lease_seconds=0.3)
+    assert len(first) == 1 and first[0].attempts == 1
+    alive = make(server, prefix, consumer="alive-worker")
+    assert alive.lease(1, lease_seconds=0.3) == []  # lease not yet expired
+    time.sleep(0.4)
+    again = alive.lease(1, lease_seconds=0.3)
+    assert len(again) == 1 and again[0].record.trace_id == f"{1:032x}"
+    assert again[0].attempts == 2 and alive.reclaimed == 1
+    # The dead worker's late release must not undo the takeover; its late ack would be harmless.
+    dead.release(first[0].receipt)
+    assert alive.lease(1, lease_seconds=30) == []
+    alive.ack(again[0].receipt)
+    assert q.depth() == 0
+
+
+def test_release_with_delay_hides_record_until_due(server, prefix):
+    q = make(server, prefix)
+    q.put(rec(1))
+    (leased,) = q.lease(1, lease_seconds=30)
+    q.release(leased.receipt, delay=0.5)
+    assert q.depth() == 1
+    assert q.oldest_age() >= 0.0
+    assert q.lease(1, lease_seconds=30) == []
+    time.sleep(0.6)
+    other = make(server, prefix)
+    (again,) = other.lease(1, lease_seconds=30)
+    assert again.record.trace_id == leased.record.trace_id
+    assert again.attempts == 2  # deliveries so far, as in the SQLite queue
+    assert abs(again.enqueued_at - leased.enqueued_at) < 1e-3  # age is kept across releases
+    other.ack(again.receipt)
+    assert q.depth() == 0
+
+
+def test_full_stream_drops_newest_and_counts(server, prefix):
+    q = make(server, prefix, max_depth=3)
+    assert [q.put(rec(i)) for i in range(5)] == [True, True, True, False, False]
+    assert q.depth() == 3 and q.overflowed == 2 and q.dropped == 2
+    assert q.overflow_total() == 2  # cluster-wide counter in Redis
+    ids = [g.record.trace_id for g in q.lease(10, 30)]
+    assert ids == [f"{i:032x}" for i in range(3)]  # the oldest were kept
+
+
+def test_unreadable_entry_is_dropped_not_redelivered(server, prefix):
+    q = make(server, prefix)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    q.lease(1, 30)  # creates the group
+    r.xadd(q.stream, {"r": "{not json", "t": "0", "a": "0"})
+    q.put(rec(2))
+    got = q.lease(5, 30)
+    assert [g.record.trace_id for g in got] == [f"{2:032x}"]
+    assert q.corrupt == 1 and r.xlen(q.stream) == 1
+
+
+def test_scored_marks_count_once_across_workers(server, prefix):
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    marks = [ScoredMarks(client, prefix, owner=f"w{i}") for i in range(4)]
+    wins: list[str] = []
+    lock = threading.Lock()
+
+    def race(m: ScoredMarks) -> None:
+        for k in range(50):
+            if m.first(f"trace{k}", "faithfulness"):
+                with lock:
+                    wins.append(m.owner)
+
+    threads = [threading.Thread(target=race, args=(m,)) for m in marks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 50
+    assert marks[0].owner_of("trace0", "faithfulness") in {"w0", "w1", "w2", "w3"}
+    assert marks[0].first("trace0", "answer_relevancy")  # per metric
+
+
+def test_redis_down_buffers_locally_sheds_beyond_bound_and_recovers(tmp_path, prefix):
+    srv = RedisServer(data_dir=tmp_path).start()
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=5, retry_interval=0.1)
+        assert q.put(rec(0))
+        srv.stop()
+        t0 = time.monotonic()
+        results = [q.put(rec(i)) for i in range(1, 9)]
+        assert time.monotonic() - t0 < 2.0  # receivers never hang on a dead Redis
+        assert results == [True] * 5 + [False] * 3
+        assert q.buffered == 5 and q.shed == 3 and q.dropped == 3
+        assert q.depth() == 5 and q.oldest_age() is not None
+        srv.start()  # AOF: the record put before the outage survived the restart
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert q.buffered == 0
+        assert q.put(rec(9))
+        got = q.lease(20, 30)
+        assert [g.record.trace_id for g in got] == [f"{i:032x}" for i in [0, 1, 2, 3, 4, 5, 9]]
+        q.close()
+    finally:
+        srv.cleanup()
+
+
+def test_metrics_registered_on_registry(server, prefix):
+    from prometheus_client import CollectorRegistry
+
+    reg = CollectorRegistry()
+    q = make(server, prefix, max_depth=1)
+    q.register_metrics(reg)
+    q.put(rec(1))
+    q.put(rec(2))
+    assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "stream_full"}) == 1
+    assert reg.get_sample_value("ragtrace_queue_local_buffer_records") == 0
