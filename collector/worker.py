@@ -1,0 +1,406 @@
+"""The scoring worker: lease sampled records, score them with the judge, record results once.
+
+Flow for one leased record:
+
+1. metrics to run = ``scoring.pipelines[record.pipeline]`` or ``scoring.metrics``, minus those the
+   results store already holds for this record (a redelivered record does not pay the judge twice);
+2. ``evaluate_record(record, metrics, judge, options)``;
+3. results are written to the results store with insert-or-ignore; only rows that were new reach
+   the Prometheus metrics and the ``gen_ai.evaluation.result`` events, so scoring is idempotent;
+4. the record is acked — unless a metric failed because the judge was *unavailable*
+   (``JudgeError(retryable=True)`` or a result with ``retryable``): then what did score is kept,
+   the record is released back to the queue with a delay, and the whole worker backs off
+   (exponentially, reset by the next success) instead of hammering a judge that is down.
+
+A record whose scoring raises something unexpected is released and retried; after
+``max_attempts`` deliveries its metrics are recorded as errors so a poison record cannot block
+the queue forever. ``stop(drain_timeout)`` stops leasing, lets in-flight records finish within the
+timeout and releases the rest at once, so nothing leased is lost on shutdown (and a kill -9 just
+lets their leases lapse).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+from prometheus_client import CollectorRegistry
+
+from collector.export.eval_metrics import EvalMetrics, eval_metrics_for, watch_queue
+from collector.export.results_store import ResultsStore
+from collector.queue.base import Leased, RecordQueue
+from collector.record import RagRecord
+from collector.scoring.judge import Judge, JudgeError, JudgeUsage
+from collector.scoring.result import MetricResult
+
+log = logging.getLogger(__name__)
+
+Evaluate = Callable[[RagRecord, Sequence[str], Judge, Any], Awaitable[list[MetricResult]]]
+
+
+class _Backoff:
+    """Exponential backoff with jitter, shared by every task of one worker (the judge is shared)."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.current = 0.0
+        self.until = 0.0
+
+    def failed(self) -> float:
+        """Note a failure; the delay grows once per window, not once per concurrent failure."""
+        now = time.monotonic()
+        if now < self.until:
+            return self.until - now
+        self.current = self.initial if self.current == 0.0 else min(self.maximum, self.current * 2)
+        delay = self.current * random.uniform(0.8, 1.2)
+        self.until = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.current = 0.0
+        self.until = 0.0
+
+    def remaining(self) -> float:
+        return max(0.0, self.until - time.monotonic())
+
+
+class TimedJudge(Judge):
+    """Wraps a judge to time each decision into ``ragtrace_judge_latency_seconds``.
+
+    Every async decision method of :class:`Judge` is timed and delegated; anything else (the
+    judge's own attributes) is read from the wrapped judge.
+    """
+
+    def __init__(self, inner: Judge, metrics: EvalMetrics) -> None:
+        self._inner = inner
+        self._histogram = metrics.judge_latency.labels(inner.name)
+        self.name = inner.name
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _timed(method_name: str) -> Callable[..., Awaitable[Any]]:
+    async def method(self: TimedJudge, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await getattr(self._inner, method_name)(*args, **kwargs)
+        finally:
+            self._histogram.observe(time.perf_counter() - start)
+
+    method.__name__ = method_name
+    method.__doc__ = getattr(Judge, method_name).__doc__
+    return method
+
+
+for _name, _fn in inspect.getmembers(Judge, inspect.iscoroutinefunction):
+    if not _name.startswith("_") and _name != "aclose":
+        setattr(TimedJudge, _name, _timed(_name))
+
+
+class ScoringWorker:
+    """Scores queued records with at most ``concurrency`` in flight, until :meth:`stop`."""
+
+    def __init__(
+        self,
+        queue: RecordQueue,
+        judge: Judge,
+        store: ResultsStore,
+        metrics: EvalMetrics,
+        *,
+        metrics_for: Callable[[RagRecord], Sequence[str]],
+        evaluate: Evaluate,
+        options: Any = None,
+        events: Any = None,
+        concurrency: int = 4,
+        lease_seconds: float = 120.0,
+        poll_interval: float = 0.2,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        max_attempts: int = 10,
+        judge_name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("scoring concurrency must be at least 1")
+        self.queue = queue
+        self.judge = judge
+        self.judge_name = judge_name or judge.name
+        self.store = store
+        self.metrics = metrics
+        self.metrics_for = metrics_for
+        self.evaluate = evaluate
+        self.options = options
+        self.events = events
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.backoff = _Backoff(backoff_initial, backoff_max)
+        self.on_usage: Callable[[JudgeUsage], None] | None = None  # e.g. the sampler's token budget
+        self._inflight: dict[asyncio.Task[None], Leased] = {}
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Lease and score until :meth:`stop` is called."""
+        self._running = asyncio.current_task()
+        while not self._stopping.is_set():
+            wait = self.backoff.remaining()
+            if wait > 0:
+                await self._sleep(wait)
+                continue
+            free = self.concurrency - len(self._inflight)
+            if free <= 0:
+                await self._sleep(self.poll_interval)
+                continue
+            try:
+                leased = await asyncio.to_thread(self.queue.lease, free, self.lease_seconds)
+            except Exception as exc:
+                log.warning("leasing from the queue failed, retrying: %s", exc)
+                await self._sleep(max(self.poll_interval, 1.0))
+                continue
+            if self._stopping.is_set():
+                for item in leased:
+                    await self._release(item, 0.0, "shutdown")
+                break
+            for item in leased:
+                task = asyncio.create_task(self._process(item))
+                self._inflight[task] = item
+                task.add_done_callback(self._done)
+            if len(leased) < free:
+                await self._sleep(self.poll_interval)
+
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        """Stop leasing; give in-flight records ``drain_timeout`` seconds, release the rest."""
+        self._stopping.set()
+        self._wake.set()
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=max(0.0, drain_timeout))
+        leftover = dict(self._inflight)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.gather(*leftover, return_exceptions=True)
+            for item in leftover.values():
+                await self._release(item, 0.0, "shutdown")
+        if self._running is not None and self._running is not asyncio.current_task():
+            try:
+                await asyncio.wait_for(self._running, timeout=max(1.0, self.poll_interval * 5))
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.events is not None:
+            await asyncio.to_thread(self.events.shutdown)
+        try:
+            await self.judge.aclose()
+        except Exception as exc:  # closing must not mask the shutdown
+            log.warning("closing the judge failed: %s", exc)
+        await asyncio.to_thread(self.store.close)
+
+    def wake(self) -> None:
+        """Look at the queue now instead of at the next poll (e.g. right after a put)."""
+        self._wake.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scoring task failed", exc_info=task.exception())
+        self._wake.set()
+
+    # -- one record ----------------------------------------------------------------------------
+    async def _process(self, item: Leased) -> None:
+        record = item.record
+        wanted = list(dict.fromkeys(self.metrics_for(record)))
+        done = await asyncio.to_thread(self._already_scored, record.key, wanted)
+        todo = [m for m in wanted if m not in done]
+        if not todo:
+            await asyncio.to_thread(self.queue.ack, item.receipt)
+            return
+        try:
+            results = list(await self.evaluate(record, todo, self.judge, self.options))
+        except JudgeError as exc:
+            if exc.retryable:
+                await self._judge_unavailable(item, exc)
+                return
+            results = [MetricResult(m, "error", reason=str(exc)) for m in todo]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if item.attempts < self.max_attempts:
+                log.exception("scoring record %s failed (attempt %d), releasing it", record.key, item.attempts)
+                await self._release(item, self.backoff.initial, "error")
+                return
+            log.exception("scoring record %s failed %d times, recording errors", record.key, item.attempts)
+            results = [MetricResult(m, "error", reason=f"{type(exc).__name__}: {exc}") for m in todo]
+
+        waiting = [r for r in results if r.status == "error" and r.retryable]
+        final = [r for r in results if not (r.status == "error" and r.retryable)]
+        if final:
+            new = await asyncio.to_thread(self._record_results, record, final)
+            self._publish(record, final, new)
+        if waiting:
+            await self._judge_unavailable(item, JudgeError(waiting[0].reason or "judge unavailable", retryable=True))
+            return
+        self.backoff.succeeded()
+        await asyncio.to_thread(self.queue.ack, item.receipt)
+
+    def _already_scored(self, key: str, wanted: Sequence[str]) -> set[str]:
+        done = self.store.metrics_done(key)
+        marks = getattr(self.queue, "scored_marks", None)
+        if marks is not None:  # shared queue: another worker may have scored it
+            done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
+        return done
+
+    def _record_results(self, record: RagRecord, results: list[MetricResult]) -> list[bool]:
+        """Store results; a result is *new* when its row was inserted here and, on a shared queue
+        offering cluster-wide ``scored_marks`` (Redis), this worker is the first to claim it."""
+        new = self.store.add(record, results, self.judge_name)
+        marks = getattr(self.queue, "scored_marks", None)
+        if marks is not None:
+            new = [is_new and marks.first(record.key, r.metric) for r, is_new in zip(results, new)]
+        return new
+
+    def _publish(self, record: RagRecord, results: list[MetricResult], new: list[bool]) -> None:
+        fresh = [r for r, is_new in zip(results, new) if is_new]
+        if not fresh:
+            return
+        self.metrics.observe_results(record, fresh, self.judge_name)
+        if self.on_usage is not None:
+            total = JudgeUsage()
+            for r in fresh:
+                total.add(r.usage)
+            try:
+                self.on_usage(total)
+            except Exception as exc:
+                log.warning("usage listener failed: %s", exc)
+        if self.events is not None:
+            try:
+                self.events.emit(record, fresh, self.judge_name)
+            except Exception as exc:  # events are best effort; the result is already recorded
+                log.warning("evaluation events not sent: %s", exc)
+
+    async def _judge_unavailable(self, item: Leased, exc: BaseException) -> None:
+        delay = self.backoff.failed()
+        log.warning("judge %s unavailable (%s); record %s back in the queue for %.1fs", self.judge_name, exc, item.record.key, delay)
+        self.metrics.judge_unavailable(self.judge_name)
+        await self._release(item, delay, None)
+
+    async def _release(self, item: Leased, delay: float, reason: str | None) -> None:
+        try:
+            await asyncio.to_thread(self.queue.release, item.receipt, delay)
+        except Exception as exc:  # the lease will lapse and the record come back anyway
+            log.warning("releasing record %s failed: %s", item.record.key, exc)
+        if reason is not None:
+            self.metrics.records_released.labels(reason).inc()
+
+
+def metrics_selector(default: Sequence[str], per_pipeline: dict[str, list[str]]) -> Callable[[RagRecord], list[str]]:
+    """The metric list for a record: its pipeline's override, else the default list."""
+    default = list(default)
+
+    def select(record: RagRecord) -> list[str]:
+        if record.pipeline is not None and record.pipeline in per_pipeline:
+            return list(per_pipeline[record.pipeline])
+        return default
+
+    return select
+
+
+def build_worker(config: Any, registry: CollectorRegistry, queue: RecordQueue, *, judge: Judge | None = None) -> ScoringWorker:
+    """The worker described by ``config`` (a :class:`collector.config.CollectorConfig`).
+
+    ``judge`` overrides the configured one (tests, embedding the worker in another program).
+    """
+    from collector.export.otlp_events import EvaluationEvents
+    from collector.scoring.engine import evaluate_record
+
+    metrics = eval_metrics_for(registry)
+    watch_queue(registry, queue)
+    if judge is None:
+        judge = _make_judge(config.judge)
+    results_path = config.export.results_path or str(Path(config.data_dir) / "results.sqlite")
+    store = ResultsStore(results_path)
+    events_cfg = config.export.otlp_events
+    events = None
+    if events_cfg.endpoint:
+        events = EvaluationEvents(events_cfg.endpoint, protocol=events_cfg.protocol, headers=dict(events_cfg.headers))
+    scoring = config.scoring
+    return ScoringWorker(
+        queue,
+        TimedJudge(judge, metrics),
+        store,
+        metrics,
+        metrics_for=metrics_selector(scoring.metrics, dict(scoring.pipelines)),
+        evaluate=evaluate_record,
+        options=_scoring_options(scoring),
+        events=events,
+        concurrency=scoring.concurrency,
+        lease_seconds=scoring.lease_seconds,
+        backoff_initial=float(getattr(scoring, "backoff_initial_seconds", 1.0)),
+        backoff_max=float(getattr(scoring, "backoff_max_seconds", 30.0)),
+        judge_name=judge.name,
+    )
+
+
+def _make_judge(judge_cfg: Any) -> Judge:
+    from collector.scoring.judges import make_judge
+
+    spec = judge_cfg.model
+    if spec == "local":
+        return make_judge(spec)
+    kwargs: dict[str, Any] = {}
+    for key, name in (("base_url", "base_url"), ("api_key", "api_key"), ("timeout", "timeout_seconds"),
+                      ("max_retries", "max_retries"), ("concurrency", "concurrency")):
+        value = getattr(judge_cfg, name, None)
+        if value is not None:
+            kwargs[key] = value
+    accepted = _accepted_kwargs(make_judge, spec)
+    if accepted is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    return make_judge(spec, **kwargs)
+
+
+def _accepted_kwargs(factory: Callable[..., Any], spec: str) -> set[str] | None:
+    """Keyword names the judge factory takes, or ``None`` when it takes any (``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
+
+
+def _scoring_options(scoring: Any) -> Any:
+    options = getattr(scoring, "options", None)
+    if options is None:
+        return None
+    from collector.scoring.options import ScoringOptions
+
+    if isinstance(options, ScoringOptions):
+        return options
+    return ScoringOptions(**dict(options))

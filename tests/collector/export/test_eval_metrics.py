@@ -1,0 +1,80 @@
+"""EvalMetrics: scores with trace_id exemplars, outcomes, judge spending, queue gauges at scrape time."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+from collector.export.eval_metrics import SCORE_BUCKETS, EvalMetrics, eval_metrics_for, watch_queue
+from collector.queue.sqlite import SQLiteQueue
+from collector.record import RagRecord
+from collector.scoring.judge import JudgeUsage
+from collector.scoring.result import MetricResult
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_alert_thresholds_are_bucket_edges():
+    for threshold in (0.5, 0.7, 0.8, 0.9, 0.95, 1.0):
+        assert threshold in SCORE_BUCKETS
+
+
+def test_scores_outcomes_usage_and_exemplar():
+    registry = CollectorRegistry()
+    m = EvalMetrics(registry)
+    record = RagRecord(trace_id=TRACE, pipeline="qa")
+    results = [
+        MetricResult("faithfulness", "scored", 0.62, usage=JudgeUsage(calls=2, prompt_tokens=100, completion_tokens=20, cost_usd=0.001)),
+        MetricResult("context_recall", "skipped", reason="no reference"),
+        MetricResult("answer_relevancy", "error", reason="bad reply"),
+    ]
+    assert m.observe_results(record, results, "local") == 3
+    labels = {"metric": "faithfulness", "pipeline": "qa", "judge": "local"}
+    assert registry.get_sample_value("ragtrace_eval_score_count", labels) == 1
+    assert registry.get_sample_value("ragtrace_eval_score_bucket", {**labels, "le": "0.6"}) == 0
+    assert registry.get_sample_value("ragtrace_eval_score_bucket", {**labels, "le": "0.65"}) == 1
+    for metric, outcome in [("faithfulness", "scored"), ("context_recall", "skipped"), ("answer_relevancy", "error")]:
+        assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": metric, "outcome": outcome}) == 1
+    assert registry.get_sample_value("ragtrace_judge_calls_total", {"judge": "local"}) == 2
+    assert registry.get_sample_value("ragtrace_judge_tokens_total", {"judge": "local", "kind": "prompt"}) == 100
+    assert registry.get_sample_value("ragtrace_judge_tokens_total", {"judge": "local", "kind": "completion"}) == 20
+    assert registry.get_sample_value("ragtrace_judge_cost_usd_total", {"judge": "local"}) == pytest.approx(0.001)
+    assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "local", "kind": "failed"}) == 1
+    assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "qa"}) == 1
+    text = openmetrics_latest(registry).decode()
+    line = next(l for l in text.splitlines() if l.startswith('ragtrace_eval_score_bucket{') and 'le="0.65"' in l)
+    assert f'# {{trace_id="{TRACE}"}} 0.62' in line
+
+
+def test_only_new_results_count():
+    registry = CollectorRegistry()
+    m = EvalMetrics(registry)
+    record = RagRecord(trace_id=TRACE)
+    results = [MetricResult("faithfulness", "scored", 1.0), MetricResult("bleu", "scored", 0.3)]
+    assert m.observe_results(record, results, "local", new=[False, True]) == 1
+    assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) is None
+    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "bleu", "pipeline": "unknown", "judge": "local"}) == 1
+    assert m.observe_results(record, results, "local", new=[False, False]) == 0
+    assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "unknown"}) == 1
+
+
+def test_one_instance_per_registry():
+    registry = CollectorRegistry()
+    assert eval_metrics_for(registry) is eval_metrics_for(registry)
+    with pytest.raises(ValueError):
+        EvalMetrics(registry)  # the names are taken: use eval_metrics_for
+
+
+def test_queue_gauges_read_at_scrape_time(tmp_path):
+    registry = CollectorRegistry()
+    q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=2)
+    watch_queue(registry, q)
+    watch_queue(registry, q)  # idempotent
+    assert registry.get_sample_value("ragtrace_queue_depth") == 0
+    assert registry.get_sample_value("ragtrace_queue_oldest_age_seconds") == 0
+    for i in range(3):
+        q.put(RagRecord(trace_id=f"{i:032x}"))
+    assert registry.get_sample_value("ragtrace_queue_depth") == 2
+    assert registry.get_sample_value("ragtrace_queue_dropped_total") == 1
+    assert registry.get_sample_value("ragtrace_queue_oldest_age_seconds") >= 0

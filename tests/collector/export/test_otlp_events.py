@@ -1,0 +1,129 @@
+"""gen_ai.evaluation.result events: sent over real OTLP/HTTP, inside the scored trace."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from collector.export.otlp_events import EvaluationEvents, explanation, make_exporter
+from collector.record import RagRecord
+from collector.scoring.result import MetricResult
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+ROOT = "b7ad6b7169203331"
+
+
+class _Sink:
+    """A bare OTLP/HTTP endpoint on loopback keeping every decoded export request."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.paths: list[str] = []
+        self.got = threading.Event()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                sink.paths.append(self.path)
+                sink.requests.append(ExportTraceServiceRequest.FromString(body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+                self.wfile.write(b"")
+                sink.got.set()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def sink():
+    s = _Sink()
+    yield s
+    s.close()
+
+
+def _attrs(kvs) -> dict:
+    out = {}
+    for kv in kvs:
+        v = kv.value
+        out[kv.key] = getattr(v, v.WhichOneof("value"))
+    return out
+
+
+def test_event_over_real_otlp_http_parented_to_root_span(sink):
+    events = EvaluationEvents(sink.url)
+    record = RagRecord(trace_id=TRACE, pipeline="qa", metadata={"root_span_id": ROOT})
+    results = [
+        MetricResult("faithfulness", "scored", 0.5, label="fail", details={"unsupported": ["Paris is in Spain"]}),
+        MetricResult("context_recall", "skipped", reason="no reference"),
+    ]
+    assert events.emit(record, results, "local") == 1
+    events.flush()
+    events.shutdown()
+    assert sink.got.wait(5)
+    assert sink.paths == ["/v1/traces"]
+    spans = [s for r in sink.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    (span,) = spans
+    assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == ROOT
+    (event,) = span.events
+    assert event.name == "gen_ai.evaluation.result"
+    assert _attrs(event.attributes) == {
+        "gen_ai.evaluation.name": "faithfulness",
+        "gen_ai.evaluation.score.value": 0.5,
+        "gen_ai.evaluation.score.label": "fail",
+        "gen_ai.evaluation.explanation": "Unsupported claims: Paris is in Spain",
+    }
+    resource = _attrs(sink.requests[0].resource_spans[0].resource.attributes)
+    assert resource["service.name"] == "ragtrace-collector"
+
+
+def test_without_root_span_the_event_is_still_in_the_scored_trace():
+    exporter = InMemorySpanExporter()
+    events = EvaluationEvents(exporter=exporter, batch=False)
+    record = RagRecord(trace_id=TRACE)
+    events.emit(record, [MetricResult("answer_relevancy", "scored", 0.9), MetricResult("bleu", "error", reason="boom")], "gpt-4o-mini")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["gen_ai.evaluation answer_relevancy", "gen_ai.evaluation bleu"]
+    assert all(format(s.context.trace_id, "032x") == TRACE and s.parent is None for s in spans)
+    assert spans[1].events[0].attributes["error.type"] == "judge_error"
+    assert spans[1].events[0].attributes["gen_ai.evaluation.explanation"] == "boom"
+    # the forced trace id does not leak into unrelated spans
+    other = events.tracer.start_span("other")
+    other.end()
+    assert format(other.context.trace_id, "032x") != TRACE
+
+
+def test_records_without_a_trace_id_emit_nothing():
+    exporter = InMemorySpanExporter()
+    events = EvaluationEvents(exporter=exporter, batch=False)
+    assert events.emit(RagRecord(id="row-1"), [MetricResult("bleu", "scored", 0.1)], "local") == 0
+    assert exporter.get_finished_spans() == ()
+
+
+def test_dead_downstream_does_not_raise():
+    events = EvaluationEvents("http://127.0.0.1:9", timeout=0.5)  # discard port: nothing listens
+    events.emit(RagRecord(trace_id=TRACE), [MetricResult("bleu", "scored", 0.1)], "local")
+    events.provider.force_flush(2000)
+    events.shutdown()
+
+
+def test_exporter_choice_and_explanations():
+    assert make_exporter("http://h:4318")._endpoint == "http://h:4318/v1/traces"
+    assert make_exporter("http://h:4318/custom/path")._endpoint == "http://h:4318/custom/path"
+    with pytest.raises(ValueError):
+        make_exporter("http://h:4318", protocol="thrift")
+    assert explanation(MetricResult("x", "scored", 1.0, reason="fine")) == "fine"
