@@ -1,0 +1,41 @@
+"""ragtrace: trace a live RAG pipeline with three decorators, export over OTLP.
+
+    import ragtrace
+    ragtrace.init(service_name="support-bot")          # OTLP http/protobuf to 127.0.0.1:4318
+
+    @ragtrace.retriever
+    def search(query: str) -> list[dict]: ...
+
+    @ragtrace.generator(model="openai/gpt-4o-mini")
+    def answer(question: str, contexts: list[str]): ...  # may yield tokens: TTFT/TPOT recorded
+
+    @ragtrace.pipeline(name="support")
+    def handle(question: str) -> str:
+        ragtrace.annotate(session_id="s1")
+        return "".join(answer(question, search(question)))
+
+The span contract (every attribute name) is :mod:`ragtrace.attributes`.
+"""
+
+from __future__ import annotations
+
+from . import attributes
+from .config import TracingHandle, configure_limits, init
+from .decorators import annotate, current_trace_id, generator, pipeline, reranker, retriever
+from .safety import internal_errors
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TracingHandle",
+    "annotate",
+    "attributes",
+    "configure_limits",
+    "current_trace_id",
+    "generator",
+    "init",
+    "internal_errors",
+    "pipeline",
+    "reranker",
+    "retriever",
+]

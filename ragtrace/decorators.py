@@ -1,0 +1,571 @@
+"""``@pipeline``, ``@retriever``, ``@reranker``, ``@generator``: one wrapper factory per
+function kind (sync, ``async def``, generator, async generator), built on ``wrapt`` so
+signatures, ``inspect.iscoroutinefunction``/``isasyncgenfunction`` and method binding are
+preserved.
+
+Everything that can be worked out once per decorated function (span name, static
+attributes, where the query/messages/contexts arguments sit) is worked out at decoration
+time in :class:`_Spec`; a call only reads arguments by position or name.
+
+Contract with the app: a failure inside ragtrace is reported to :mod:`ragtrace.safety`
+and the call proceeds untraced; the app's own exceptions propagate as the same object and
+are recorded on the span (status ERROR, ``exception`` event, ``error.type``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import weakref
+from time import perf_counter
+from typing import Any, Callable, TypeVar
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.context import attach, create_key, detach, get_value, set_value
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+from . import attributes as A
+from . import safety
+from .config import SETTINGS
+from .recording import (
+    AttrWriter,
+    _json,
+    query_text,
+    write_contexts,
+    write_documents,
+    write_llm_response,
+    write_messages,
+    write_retrieval_output,
+)
+from .streaming import StreamProxy, StreamState, new_private_context, traced_async_generator, traced_generator
+from .usage import read_chunks, read_response
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PIPELINE_SPAN_KEY = create_key("ragtrace.pipeline-span")
+
+_MISSING = object()
+_SELF_NAMES = ("self", "cls")
+_QUERY_NAMES = ("query", "question", "user_input", "q", "input", "prompt", "query_str", "text")
+_MESSAGES_NAMES = ("messages",)
+_PROMPT_NAMES = ("prompt", "query", "question", "user_input", "input", "text")
+_CONTEXT_NAMES = ("contexts", "context", "documents", "docs", "passages", "chunks", "retrieved_contexts", "sources", "nodes")
+_RERANK_DOC_NAMES = ("documents", "docs", "nodes", "contexts", "passages", "candidates", "chunks")
+_TOPK_NAMES = ("top_k", "top_n", "k", "n")
+_PLAIN_TYPES = frozenset({str, bytes, dict, list, tuple, int, float, bool, type(None), set, frozenset})
+
+
+class _ArgRef:
+    """Where one parameter sits: read it from kwargs by name or args by position."""
+
+    __slots__ = ("name", "i_unbound", "i_bound")
+
+    def __init__(self, name: str, index: int | None, self_like: bool) -> None:
+        self.name = name
+        self.i_unbound = index
+        self.i_bound = None if index is None else (index - 1 if self_like else index)
+
+    def get(self, bound: bool, args: tuple, kwargs: dict) -> Any:
+        if kwargs:
+            v = kwargs.get(self.name, _MISSING)
+            if v is not _MISSING:
+                return v
+        i = self.i_bound if bound else self.i_unbound
+        if i is not None and 0 <= i < len(args):
+            return args[i]
+        return None
+
+
+def _params(fn: Any) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+def _find(params: list[inspect.Parameter], names: tuple[str, ...] | str | int | None,
+          fallback_first: bool, self_like: bool) -> _ArgRef | None:
+    """Locate a parameter by explicit name/index, else by conventional names, else (optionally) the first one."""
+    positional_ok = True
+    index_of: dict[str, int | None] = {}
+    for i, p in enumerate(params):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            positional_ok = False
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        index_of[p.name] = i if positional_ok and p.kind is not inspect.Parameter.KEYWORD_ONLY else None
+    if isinstance(names, int):
+        return _ArgRef(f"__arg{names}", names + (1 if self_like else 0), self_like)
+    if isinstance(names, str):
+        return _ArgRef(names, index_of.get(names), self_like)
+    if names:
+        for n in names:
+            if n in index_of:
+                return _ArgRef(n, index_of[n], self_like)
+    if fallback_first:
+        start = 1 if self_like else 0
+        for p in params[start:]:
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+                return _ArgRef(p.name, index_of.get(p.name), self_like)
+            if p.kind is inspect.Parameter.KEYWORD_ONLY:
+                return _ArgRef(p.name, None, self_like)
+    return None
+
+
+def _provider_from_model(model: str | None) -> str | None:
+    if model and "/" in model:
+        return model.split("/", 1)[0]
+    return None
+
+
+class _Spec:
+    """Everything about one decorated function that does not change between calls."""
+
+    def __init__(self, fn: Any, role: str, *, name: str | None = None, query_arg: Any = None,
+                 capture_content: bool | None = None, model: str | None = None, provider: str | None = None,
+                 contexts_arg: Any = None, messages_arg: Any = None, documents_arg: Any = None,
+                 data_source: str | None = None, top_k: int | None = None, pipeline_name: str | None = None,
+                 operation: str | None = None) -> None:
+        target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
+        self.role = role
+        self.name = name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")
+        self.capture = capture_content
+        self.model = model
+        self.provider = provider or _provider_from_model(model)
+        params = _params(target)
+        self_like = bool(params) and params[0].name in _SELF_NAMES and not isinstance(fn, staticmethod)
+        self.query = _find(params, query_arg if query_arg is not None else _QUERY_NAMES,
+                           fallback_first=role != A.ROLE_GENERATOR, self_like=self_like)
+        self.messages = self.contexts = self.documents = self.model_ref = self.top_k_ref = None
+        static: dict[str, Any] = {A.RAGTRACE_SPAN_ROLE: role}
+        self.kind = SpanKind.INTERNAL
+        if role == A.ROLE_PIPELINE:
+            static[A.OPENINFERENCE_SPAN_KIND] = A.SPAN_KIND_CHAIN
+            static[A.RAGTRACE_PIPELINE_NAME] = pipeline_name or self.name
+            static[A.GEN_AI_OPERATION_NAME] = operation or A.GEN_AI_OPERATION_WORKFLOW
+        elif role == A.ROLE_RETRIEVER:
+            static[A.OPENINFERENCE_SPAN_KIND] = A.SPAN_KIND_RETRIEVER
+            static[A.GEN_AI_OPERATION_NAME] = A.GEN_AI_OPERATION_RETRIEVAL
+            if data_source:
+                static[A.GEN_AI_DATA_SOURCE_ID] = data_source
+        elif role == A.ROLE_RERANKER:
+            static[A.OPENINFERENCE_SPAN_KIND] = A.SPAN_KIND_RERANKER
+            if model:
+                static[A.RERANKER_MODEL_NAME] = model
+            if top_k is not None:
+                static[A.RERANKER_TOP_K] = top_k
+            self.documents = _find(params, documents_arg if documents_arg is not None else _RERANK_DOC_NAMES,
+                                   fallback_first=False, self_like=self_like)
+            self.top_k_ref = None if top_k is not None else _find(params, _TOPK_NAMES, False, self_like)
+        elif role == A.ROLE_GENERATOR:
+            self.kind = SpanKind.CLIENT
+            static[A.OPENINFERENCE_SPAN_KIND] = A.SPAN_KIND_LLM
+            static[A.GEN_AI_OPERATION_NAME] = operation or A.GEN_AI_OPERATION_CHAT
+            if model:
+                static[A.GEN_AI_REQUEST_MODEL] = model
+                static[A.LLM_MODEL_NAME] = model
+            else:
+                self.model_ref = _find(params, ("model", "model_name"), False, self_like)
+            if self.provider:
+                static[A.GEN_AI_PROVIDER_NAME] = self.provider
+                static[A.LLM_PROVIDER] = self.provider
+            self.messages = _find(params, messages_arg if messages_arg is not None else _MESSAGES_NAMES,
+                                  False, self_like)
+            self.query = _find(params, query_arg if query_arg is not None else _PROMPT_NAMES, False, self_like)
+            self.contexts = _find(params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES,
+                                  False, self_like)
+        self.static = static
+        self.is_pipeline = role == A.ROLE_PIPELINE
+        self.self_like = self_like
+
+    # --- call start -----------------------------------------------------------------------
+    def start(self, instance: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+        """Start the span with its input attributes; returns (span, otel context, capture)."""
+        s = SETTINGS
+        capture = s.capture_content if self.capture is None else self.capture
+        attrs = self.static.copy()
+        w = AttrWriter(s, capture, attrs)
+        bound = instance is not None and self.self_like
+        q = self.query.get(bound, args, kwargs) if self.query is not None else None
+        role = self.role
+        if role == A.ROLE_GENERATOR:
+            self._generator_input(w, bound, instance, args, kwargs, q, capture, s)
+        elif q is not None:
+            text = query_text(q)
+            if text is not None and capture:
+                w.text(A.INPUT_VALUE, text)
+                if role == A.ROLE_RETRIEVER:
+                    attrs[A.GEN_AI_RETRIEVAL_QUERY_TEXT] = attrs.get(A.INPUT_VALUE, "")
+                elif role == A.ROLE_RERANKER:
+                    attrs[A.RERANKER_QUERY] = attrs.get(A.INPUT_VALUE, "")
+        if role == A.ROLE_RERANKER:
+            if self.documents is not None:
+                docs = self.documents.get(bound, args, kwargs)
+                if docs is not None:
+                    write_documents(w, A.RERANKER_INPUT_DOCUMENTS, docs, s.max_documents)
+            if self.top_k_ref is not None:
+                k = self.top_k_ref.get(bound, args, kwargs)
+                if isinstance(k, int) and not isinstance(k, bool):
+                    attrs[A.RERANKER_TOP_K] = k
+        span = s.tracer.start_span(self.name, kind=self.kind, attributes=w.finish())
+        ctx = set_span_in_context(span)
+        if self.is_pipeline:
+            ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
+        return span, ctx, capture
+
+    def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
+                         q: Any, capture: bool, s: Any) -> None:
+        attrs = w.attrs
+        if self.model_ref is not None:
+            m = self.model_ref.get(bound, args, kwargs)
+            if m is None and instance is not None:
+                m = getattr(instance, "model", None) or getattr(instance, "model_name", None)
+            if isinstance(m, str) and m:
+                attrs[A.GEN_AI_REQUEST_MODEL] = m
+                attrs[A.LLM_MODEL_NAME] = m
+                if self.provider is None:
+                    p = _provider_from_model(m)
+                    if p:
+                        attrs[A.GEN_AI_PROVIDER_NAME] = p
+                        attrs[A.LLM_PROVIDER] = p
+        if not capture:
+            return
+        msgs = self.messages.get(bound, args, kwargs) if self.messages is not None else None
+        if msgs is not None:
+            write_messages(w, msgs)
+            if isinstance(msgs, (list, tuple)):
+                w.text(A.INPUT_VALUE, attrs.get(A.GEN_AI_INPUT_MESSAGES, ""))
+                attrs[A.INPUT_MIME_TYPE] = A.MIME_JSON
+        elif q is not None:
+            text = query_text(q)
+            if text is not None:
+                w.text(A.INPUT_VALUE, text)
+                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
+        if self.contexts is not None:
+            c = self.contexts.get(bound, args, kwargs)
+            if c is not None:
+                write_contexts(w, c, s.max_documents)
+
+    # --- call end ---------------------------------------------------------------------------
+    def output_attributes(self, result: Any, capture: bool) -> dict:
+        s = SETTINGS
+        w = AttrWriter(s, capture, {})
+        role = self.role
+        if role == A.ROLE_RETRIEVER:
+            write_retrieval_output(w, result, s.max_documents)
+        elif role == A.ROLE_RERANKER:
+            write_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, result, s.max_documents)
+        elif role == A.ROLE_GENERATOR:
+            write_llm_response(w, read_response(result))
+        elif capture and result is not None:
+            info = read_response(result)
+            text = info.text
+            if text is None and not isinstance(result, (dict, list, tuple)):
+                text = str(result)
+            if text is not None:
+                w.text(A.OUTPUT_VALUE, text)
+                w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
+        return w.finish()
+
+    def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
+        span = state.span
+        if span.is_recording():
+            span.set_attributes(self.stream_output_attributes(state))
+        if error is not None:
+            _record_error(span, error)
+        span.end(end_time=state.end_time_ns())
+
+    def stream_output_attributes(self, state: StreamState) -> dict:
+        s = SETTINGS
+        capture = state.capture  # type: ignore[attr-defined]
+        w = AttrWriter(s, capture, {})
+        role = self.role
+        out_tokens = None
+        if role in (A.ROLE_RETRIEVER, A.ROLE_RERANKER):
+            if role == A.ROLE_RETRIEVER:
+                write_retrieval_output(w, state.chunks, s.max_documents)
+            else:
+                write_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, state.chunks, s.max_documents)
+        else:
+            info = read_chunks(state.chunks)
+            if role == A.ROLE_GENERATOR:
+                write_llm_response(w, info)
+            elif capture and info.text is not None:
+                w.text(A.OUTPUT_VALUE, info.text)
+                w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
+            if info.usage is not None:
+                out_tokens = info.usage.output_tokens
+        w.attrs.update(state.stream_attributes(out_tokens))
+        return w.finish()
+
+
+class _TracedStreamState(StreamState):
+    __slots__ = ("capture",)
+
+
+def _record_error(span: Any, exc: BaseException) -> None:
+    try:
+        if span.is_recording():
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1024]))
+    except Exception as e:
+        safety.report("record_error", e)
+
+
+def _fail(span: Any, exc: BaseException) -> None:
+    _record_error(span, exc)
+    try:
+        span.end()
+    except Exception as e:
+        safety.report("span.end", e)
+
+
+def _is_stream(result: Any) -> bool:
+    t = type(result)
+    if t in _PLAIN_TYPES:
+        return False
+    return hasattr(t, "__next__") or hasattr(t, "__anext__")
+
+
+def _new_state(spec: _Spec, span: Any, ctx: Any, capture: bool, t0: float | None = None) -> _TracedStreamState:
+    st = _TracedStreamState(span, spec.stream_finished, ctx, t0)
+    st.capture = capture
+    return st
+
+
+def _wrap_stream(spec: _Spec, span: Any, ctx: Any, capture: bool, result: Any, t0: float) -> Any:
+    state = _new_state(spec, span, ctx, capture, t0)
+    if isinstance(result, types.GeneratorType):
+        run = new_private_context(ctx).run
+        g = traced_generator(result, state, run)
+        weakref.finalize(g, state.finish_abandoned)
+        return g
+    if isinstance(result, types.AsyncGeneratorType):
+        g = traced_async_generator(result, state)
+        weakref.finalize(g, state.finish_abandoned)
+        return g
+    return StreamProxy(result, state)
+
+
+def _done(spec: _Spec, span: Any, ctx: Any, capture: bool, result: Any, t0: float) -> Any:
+    """Record the result and end the span, or hand the span to a stream wrapper."""
+    try:
+        if _is_stream(result):
+            return _wrap_stream(spec, span, ctx, capture, result, t0)
+        if span.is_recording():
+            span.set_attributes(spec.output_attributes(result, capture))
+        span.end()
+    except Exception as exc:
+        safety.report("finish", exc)
+        try:
+            span.end()
+        except Exception:
+            pass
+    return result
+
+
+# --- wrapper factories, one per function kind ---------------------------------------------
+def _sync_factory(spec: _Spec) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            t0 = perf_counter()
+            span, ctx, capture = spec.start(instance, args, kwargs)
+            token = attach(ctx)
+        except Exception as exc:
+            safety.report("start", exc)
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            detach(token)
+            _fail(span, exc)
+            raise
+        detach(token)
+        return _done(spec, span, ctx, capture, result, t0)
+
+    return wrapper
+
+
+def _async_factory(spec: _Spec) -> Callable[..., Any]:
+    async def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            t0 = perf_counter()
+            span, ctx, capture = spec.start(instance, args, kwargs)
+            token = attach(ctx)
+        except Exception as exc:
+            safety.report("start", exc)
+            return await wrapped(*args, **kwargs)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            detach(token)
+            _fail(span, exc)
+            raise
+        detach(token)
+        return _done(spec, span, ctx, capture, result, t0)
+
+    return wrapper
+
+
+def _generator_factory(spec: _Spec) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            t0 = perf_counter()
+            span, ctx, capture = spec.start(instance, args, kwargs)
+        except Exception as exc:
+            safety.report("start", exc)
+            return wrapped(*args, **kwargs)
+        try:
+            gen = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            _fail(span, exc)
+            raise
+        try:
+            return _wrap_stream(spec, span, ctx, capture, gen, t0)
+        except Exception as exc:
+            safety.report("stream.wrap", exc)
+            _fail(span, exc)
+            return gen
+
+    return wrapper
+
+
+_asyncgen_factory = _generator_factory  # same shape: the wrapper picks the async stream wrapper
+
+
+def _kind_of(fn: Any) -> str:
+    target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
+    target = inspect.unwrap(target) if callable(target) else target
+    if inspect.isasyncgenfunction(target):
+        return "asyncgen"
+    if inspect.iscoroutinefunction(target):
+        return "async"
+    if inspect.isgeneratorfunction(target):
+        return "generator"
+    return "sync"
+
+
+_FACTORIES = {"sync": _sync_factory, "async": _async_factory, "generator": _generator_factory,
+              "asyncgen": _asyncgen_factory}
+
+
+def _decorate(fn: Any, role: str, options: dict[str, Any]) -> Any:
+    spec = _Spec(fn, role, **options)
+    wrapper = _FACTORIES[_kind_of(fn)](spec)
+    wrapped = wrapt.FunctionWrapper(fn, wrapper)
+    return wrapped
+
+
+def _make_decorator(role: str, fn: Any, options: dict[str, Any]) -> Any:
+    if isinstance(fn, str):  # @ragtrace.retriever("name")
+        options = {**options, "name": fn}
+        fn = None
+    if fn is None:
+        return lambda f: _decorate(f, role, options)
+    return _decorate(fn, role, options)
+
+
+def pipeline(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
+             capture_content: bool | None = None) -> Any:
+    """Trace one request end to end: the root span (``ragtrace.span.role=pipeline``,
+    OpenInference CHAIN) with the query as ``input.value`` and the answer as ``output.value``.
+
+    ``name`` is both the span name and ``ragtrace.pipeline.name`` (default: the function's
+    qualified name). ``query_arg`` names (or indexes) the query parameter; by default the
+    first of query/question/user_input/q/input/prompt, else the first parameter.
+    """
+    return _make_decorator(A.ROLE_PIPELINE, fn, dict(name=name, query_arg=query_arg, capture_content=capture_content,
+                                                     pipeline_name=name))
+
+
+def retriever(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
+              capture_content: bool | None = None, data_source: str | None = None) -> Any:
+    """Trace a retrieval: query in, documents out (in rank order, with id, content, score, metadata).
+
+    The return value may be any document shape :mod:`ragtrace.documents` reads, or a
+    container with a ``documents``/``nodes``/... list; a generator of documents works too.
+    ``data_source`` sets ``gen_ai.data_source.id``.
+    """
+    return _make_decorator(A.ROLE_RETRIEVER, fn, dict(name=name, query_arg=query_arg,
+                                                      capture_content=capture_content, data_source=data_source))
+
+
+def reranker(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
+             documents_arg: str | int | None = None, model: str | None = None, top_k: int | None = None,
+             capture_content: bool | None = None) -> Any:
+    """Trace a reranking step: ``reranker.input_documents`` from the documents argument,
+    ``reranker.output_documents`` from the result, ``reranker.query``/``top_k``/``model_name``."""
+    return _make_decorator(A.ROLE_RERANKER, fn, dict(name=name, query_arg=query_arg, documents_arg=documents_arg,
+                                                     model=model, top_k=top_k, capture_content=capture_content))
+
+
+def generator(fn: Any = None, *, name: str | None = None, model: str | None = None, provider: str | None = None,
+              query_arg: str | int | None = None, messages_arg: str | int | None = None,
+              contexts_arg: str | int | None = None, capture_content: bool | None = None,
+              operation: str | None = None) -> Any:
+    """Trace answer generation (OpenInference LLM, GenAI ``chat``).
+
+    Records the model (``model=`` or a ``model`` argument or ``self.model``), the prompt
+    (a ``prompt``/``query``/... argument) or chat ``messages``, the contexts it was given
+    (a ``contexts``/``documents``/... argument, or ``contexts_arg=``) as
+    ``ragtrace.generator.contexts``, and from the result: answer, response model, token
+    usage, finish reason. A function that yields, or returns a stream, is timed as a stream
+    (see :mod:`ragtrace.streaming` for TTFT/TPOT).
+    """
+    return _make_decorator(A.ROLE_GENERATOR, fn, dict(name=name, model=model, provider=provider, query_arg=query_arg,
+                                                      messages_arg=messages_arg, contexts_arg=contexts_arg,
+                                                      capture_content=capture_content, operation=operation))
+
+
+def annotate(*, reference: str | None = None, session_id: str | None = None, user_id: str | None = None,
+             tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+             sample: bool | None = None) -> bool:
+    """Attach request-level facts to the current pipeline (root) span.
+
+    ``reference`` (a reference answer, e.g. for golden-set canaries) → ``ragtrace.reference``
+    (text: not recorded when content capture is off); ``session_id`` → ``session.id`` and
+    ``gen_ai.conversation.id``; ``user_id`` → ``user.id``; ``tags`` → ``tag.tags``;
+    ``metadata`` → ``metadata`` (JSON); ``sample=True`` asks the collector to always score this
+    request (``ragtrace.sample``). Outside a pipeline it writes on the current span.
+    Returns whether anything was recorded. Never raises.
+    """
+    try:
+        span = get_value(PIPELINE_SPAN_KEY)
+        if span is None:
+            span = trace.get_current_span()
+        if not span.is_recording():
+            return False
+        s = SETTINGS
+        w = AttrWriter(s, s.capture_content, {})
+        attrs = w.attrs
+        if reference is not None and s.capture_content:
+            w.text(A.RAGTRACE_REFERENCE, str(reference))
+        if session_id is not None:
+            attrs[A.SESSION_ID] = str(session_id)
+            attrs[A.GEN_AI_CONVERSATION_ID] = str(session_id)
+        if user_id is not None:
+            attrs[A.USER_ID] = str(user_id)
+        if tags:
+            attrs[A.TAG_TAGS] = [str(t) for t in tags]
+        if metadata:
+            w.text(A.METADATA, _json(metadata))
+        if sample is not None:
+            attrs[A.RAGTRACE_SAMPLE] = bool(sample)
+        span.set_attributes(w.finish())
+        return True
+    except Exception as exc:
+        safety.report("annotate", exc)
+        return False
+
+
+def current_trace_id() -> str | None:
+    """The current trace id as 32 hex digits (None outside a recording span)."""
+    try:
+        span = get_value(PIPELINE_SPAN_KEY) or trace.get_current_span()
+        sc = span.get_span_context()
+        return format(sc.trace_id, "032x") if sc.is_valid else None
+    except Exception as exc:
+        safety.report("current_trace_id", exc)
+        return None
