@@ -1,0 +1,176 @@
+"""The judge budget shared by every collector process of a cluster, kept in Redis.
+
+Per-process budgets (:class:`collector.sampling.LocalBudget`) let N receivers admit N× the records
+and N workers spend N× the tokens; this one counts in one place. It implements
+:class:`collector.sampling.Budget`: receivers call ``acquire`` for each record about to be queued,
+workers report what the judge spent with ``add_judge_tokens``.
+
+* **Records per minute**: a sliding 60 s window (sorted set of admission times, Redis clock), so in
+  *any* 60 seconds at most ``records_per_minute`` records are admitted cluster-wide.
+* **Judge tokens per hour**: tokens added to per-minute buckets (a hash, Redis clock); while the
+  last 60 buckets sum to the limit or more, records are refused with ``budget_tokens``. Tokens of
+  records already admitted and being scored can still land, so the hour may overshoot by at most
+  what the in-flight records cost.
+
+Both checks and the admission are one Lua script, so concurrent receivers cannot overshoot.
+If Redis is unreachable, ``acquire`` falls back to a per-process :class:`LocalBudget` holding
+``1 / expected_processes`` of the limits (the cluster total then stays within the budget), and
+tokens reported meanwhile are counted locally only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from collector.queue.redis import UNAVAILABLE, _split_url, connect
+from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Budget, LocalBudget
+
+log = logging.getLogger(__name__)
+
+# KEYS: records zset, tokens hash. ARGV: records_per_minute (-1 = none), tokens_per_hour (-1 = none), member
+# Returns 0 admitted, 1 refused for records, 2 refused for tokens.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tph = tonumber(ARGV[2])
+if tph >= 0 then
+  local minute = math.floor(now / 60)
+  local h = redis.call('HGETALL', KEYS[2])
+  local sum = 0
+  for i = 1, #h, 2 do
+    if tonumber(h[i]) <= minute - 60 then
+      redis.call('HDEL', KEYS[2], h[i])
+    else
+      sum = sum + tonumber(h[i + 1])
+    end
+  end
+  if sum >= tph then return 2 end
+end
+local rpm = tonumber(ARGV[1])
+if rpm >= 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60)
+  if redis.call('ZCARD', KEYS[1]) >= rpm then return 1 end
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('EXPIRE', KEYS[1], 120)
+end
+return 0
+"""
+
+# KEYS: tokens hash. ARGV: tokens
+_ADD_TOKENS = """
+local t = redis.call('TIME')
+local minute = math.floor(tonumber(t[1]) / 60)
+redis.call('HINCRBY', KEYS[1], minute, tonumber(ARGV[1]))
+redis.call('EXPIRE', KEYS[1], 3720)
+return 0
+"""
+
+# KEYS: records zset, tokens hash. Returns {records in the last 60 s, tokens in the last 60 minutes}.
+_USAGE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local minute = math.floor(now / 60)
+local records = redis.call('ZCOUNT', KEYS[1], now - 60, '+inf')
+local h = redis.call('HGETALL', KEYS[2])
+local sum = 0
+for i = 1, #h, 2 do
+  if tonumber(h[i]) > minute - 60 then sum = sum + tonumber(h[i + 1]) end
+end
+return {records, sum}
+"""
+
+
+class RedisBudget(Budget):
+    """Cluster-wide records-per-minute and judge-tokens-per-hour limits (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        records_per_minute: float | None = None,
+        judge_tokens_per_hour: float | None = None,
+        *,
+        prefix: str | None = None,
+        expected_processes: int = 1,
+        retry_interval: float = 1.0,
+    ) -> None:
+        _, opts = _split_url(url)
+        self.prefix = prefix or opts.get("prefix", "ragtrace")
+        self.records_per_minute = records_per_minute
+        self.judge_tokens_per_hour = judge_tokens_per_hour
+        self.records_key = f"{self.prefix}:budget:records"
+        self.tokens_key = f"{self.prefix}:budget:tokens"
+        self._r = connect(url)
+        self._acquire = self._r.register_script(_ACQUIRE)
+        self._add_tokens = self._r.register_script(_ADD_TOKENS)
+        self._usage = self._r.register_script(_USAGE)
+        share = max(1, int(expected_processes))
+        self.fallback = LocalBudget(
+            None if records_per_minute is None else records_per_minute / share,
+            None if judge_tokens_per_hour is None else judge_tokens_per_hour / share,
+        )
+        self._retry_interval = retry_interval
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self.fallback_decisions = 0
+
+    @property
+    def limited(self) -> bool:
+        return self.records_per_minute is not None or self.judge_tokens_per_hour is not None
+
+    def _limits(self) -> list[Any]:
+        rpm = -1 if self.records_per_minute is None else int(self.records_per_minute)
+        tph = -1 if self.judge_tokens_per_hour is None else int(self.judge_tokens_per_hour)
+        return [rpm, tph]
+
+    def _down(self, exc: BaseException) -> None:
+        with self._lock:
+            if time.monotonic() >= self._down_until:
+                log.warning("shared judge budget unreachable (%s); using a local share", exc)
+            self._down_until = time.monotonic() + self._retry_interval
+
+    def acquire(self) -> str | None:
+        if not self.limited:
+            return None
+        if time.monotonic() >= self._down_until:
+            try:
+                code = self._acquire(keys=[self.records_key, self.tokens_key],
+                                     args=[*self._limits(), uuid.uuid4().hex])
+                return None if int(code) == 0 else (BUDGET_RECORDS if int(code) == 1 else BUDGET_TOKENS)
+            except UNAVAILABLE as exc:
+                self._down(exc)
+        self.fallback_decisions += 1
+        return self.fallback.acquire()
+
+    def add_judge_tokens(self, tokens: int) -> None:
+        tokens = int(tokens)
+        if tokens <= 0:
+            return
+        self.fallback.add_judge_tokens(tokens)
+        if self.judge_tokens_per_hour is None:
+            return
+        try:
+            self._add_tokens(keys=[self.tokens_key], args=[tokens])
+        except UNAVAILABLE as exc:
+            self._down(exc)
+
+    def usage(self) -> tuple[int, int]:
+        """(records admitted in the last 60 s, judge tokens in the last hour), cluster-wide."""
+        records, tokens = self._usage(keys=[self.records_key, self.tokens_key])
+        return int(records), int(tokens)
+
+    def close(self) -> None:
+        self._r.close()
+
+
+def open_budget(url: str, config: Any, *, expected_processes: int = 1) -> RedisBudget:
+    """The hook :func:`collector.sampling.budget_from_config` calls with a Redis URL."""
+    return RedisBudget(
+        url,
+        getattr(config, "records_per_minute", None),
+        getattr(config, "judge_tokens_per_hour", None),
+        expected_processes=expected_processes,
+    )
