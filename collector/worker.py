@@ -336,19 +336,23 @@ def build_worker(config: Any, registry: CollectorRegistry, queue: RecordQueue, *
     ``judge`` overrides the configured one (tests, embedding the worker in another program).
     """
     from collector.export.otlp_events import EvaluationEvents
-    from collector.scoring.engine import evaluate_record
+    from collector.scoring.engine import evaluate_record, unknown_metrics
 
+    scoring = config.scoring
+    named = list(scoring.metrics) + [m for ms in scoring.pipelines.values() for m in ms]
+    bad = unknown_metrics(named)
+    if bad:
+        raise ValueError(f"unknown metric(s) in scoring config: {', '.join(sorted(set(bad)))}")
     metrics = eval_metrics_for(registry)
     watch_queue(registry, queue)
     if judge is None:
         judge = _make_judge(config.judge)
-    results_path = config.export.results_path or str(Path(config.data_dir) / "results.sqlite")
-    store = ResultsStore(results_path)
+    results_path = getattr(config, "results_path", None) or config.export.results_path
+    store = ResultsStore(results_path or Path(config.data_dir) / "results.sqlite")
     events_cfg = config.export.otlp_events
     events = None
     if events_cfg.endpoint:
         events = EvaluationEvents(events_cfg.endpoint, protocol=events_cfg.protocol, headers=dict(events_cfg.headers))
-    scoring = config.scoring
     return ScoringWorker(
         queue,
         TimedJudge(judge, metrics),
