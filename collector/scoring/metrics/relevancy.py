@@ -5,19 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pysbd
-
 from collector.scoring.judge import JudgeUnsupported
 from collector.scoring.metrics.base import (
     Metric, MetricSkipped, Outcome, ScoringContext, clip01, cosine, verdict_detail,
 )
 from collector.scoring.options import ANSWER_RELEVANCY_VARIANTS
-
-_segmenter = pysbd.Segmenter(language="en", clean=False)
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _segmenter.segment(text or "") if s.strip()]
+from collector.scoring.text import split_sentences
 
 
 class AnswerRelevancy(Metric):
