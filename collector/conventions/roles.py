@@ -1,0 +1,83 @@
+"""Which part of a RAG request a span is, whoever instrumented it.
+
+Read in order of precision: ragtrace's own ``ragtrace.span.role``; OpenInference's
+``openinference.span.kind``; OpenLLMetry's ``traceloop.span.kind`` / ``llm.request.type``; the OTel
+GenAI ``gen_ai.operation.name``; OpenLIT's vector-database spans (``db.system`` + ``db.operation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ragtrace import attributes as A
+
+PIPELINE = "pipeline"  # a chain / workflow: the request as a whole or a step of it
+RETRIEVER = "retriever"
+RERANKER = "reranker"
+GENERATOR = "generator"
+EMBEDDING = "embedding"
+OTHER = "other"
+
+_OPENINFERENCE = {
+    A.SPAN_KIND_CHAIN: PIPELINE,
+    "AGENT": PIPELINE,
+    A.SPAN_KIND_RETRIEVER: RETRIEVER,
+    A.SPAN_KIND_RERANKER: RERANKER,
+    A.SPAN_KIND_LLM: GENERATOR,
+    A.SPAN_KIND_EMBEDDING: EMBEDDING,
+}
+_GENAI_OPERATION = {
+    "chat": GENERATOR,
+    "text_completion": GENERATOR,
+    "generate_content": GENERATOR,
+    "completion": GENERATOR,
+    "retrieval": RETRIEVER,
+    "retrieve": RETRIEVER,
+    "vectordb": RETRIEVER,
+    "embeddings": EMBEDDING,
+    "embedding": EMBEDDING,
+    "rerank": RERANKER,
+    "invoke_agent": PIPELINE,
+    "invoke_workflow": PIPELINE,
+    "create_agent": PIPELINE,
+    "workflow": PIPELINE,
+    "framework": PIPELINE,
+}
+_TRACELOOP_KIND = {"workflow": PIPELINE, "agent": PIPELINE, "task": PIPELINE, "tool": OTHER}
+_RETRIEVER_WORDS = ("retriev", "vectorstore", "similarity_search", "search_documents", "query_index")
+
+
+def span_role(attrs: Mapping[str, Any], name: str = "") -> str:
+    """One of PIPELINE, RETRIEVER, RERANKER, GENERATOR, EMBEDDING, OTHER."""
+    role = attrs.get(A.RAGTRACE_SPAN_ROLE)
+    if role in (PIPELINE, RETRIEVER, RERANKER, GENERATOR):
+        return role
+    kind = attrs.get(A.OPENINFERENCE_SPAN_KIND)
+    if isinstance(kind, str) and kind.upper() in _OPENINFERENCE:
+        return _OPENINFERENCE[kind.upper()]
+    op = attrs.get(A.GEN_AI_OPERATION_NAME)
+    if isinstance(op, str) and op.lower() in _GENAI_OPERATION:
+        return _GENAI_OPERATION[op.lower()]
+    request_type = attrs.get("llm.request.type")
+    if request_type in ("chat", "completion"):
+        return GENERATOR
+    if request_type in ("embedding", "embeddings"):
+        return EMBEDDING
+    if request_type == "rerank":
+        return RERANKER
+    tl_kind = attrs.get("traceloop.span.kind")
+    if isinstance(tl_kind, str) and tl_kind in _TRACELOOP_KIND:
+        label = f"{attrs.get('traceloop.entity.name') or ''} {name}".lower()
+        if any(word in label for word in _RETRIEVER_WORDS):
+            return RETRIEVER
+        return _TRACELOOP_KIND[tl_kind]
+    if attrs.get("db.system") and str(attrs.get("db.operation", attrs.get("db.operation.name", ""))).lower() in (
+        "query",
+        "search",
+        "similarity_search",
+        "get",
+    ):
+        return RETRIEVER
+    if attrs.get(A.GEN_AI_REQUEST_MODEL) or attrs.get(A.LLM_MODEL_NAME):
+        return GENERATOR
+    return OTHER

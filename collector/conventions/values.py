@@ -1,0 +1,119 @@
+"""Small, forgiving readers for attribute values written by many instrumentations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+QUERY_KEYS = ("query", "question", "user_input", "input", "query_str", "q", "prompt", "message", "text")
+ANSWER_KEYS = ("answer", "response", "output", "result", "text", "content", "output_text", "generation")
+
+
+def first(attrs: Mapping[str, Any], keys: Iterable[str]) -> Any:
+    """The first present, non-empty value among ``keys``."""
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out == out else None  # drop NaN
+
+
+def as_int(value: Any) -> int | None:
+    f = as_float(value)
+    return int(f) if f is not None else None
+
+
+def as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+    if isinstance(value, (int, float)):
+        return bool(value)
+    return None
+
+
+def maybe_json(value: Any) -> Any:
+    """Parse JSON-looking strings (objects, arrays, quoted strings); anything else is returned as is."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in ("{", "[", '"'):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return value
+    return value
+
+
+def text_of(value: Any, keys: tuple[str, ...]) -> str | None:
+    """Plain text out of a string, a JSON string, or a dict/list holding it under one of ``keys``."""
+    value = maybe_json(value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float, bool)):
+        return str(value)
+    if isinstance(value, dict):
+        if "kwargs" in value and isinstance(value["kwargs"], dict):  # traceloop {"args":..., "kwargs":...}
+            inner = text_of(value["kwargs"], keys)
+            if inner:
+                return inner
+            args = value.get("args")
+            if isinstance(args, list):
+                for arg in args:
+                    inner = text_of(arg, keys)
+                    if inner:
+                        return inner
+            return None
+        for key in keys:
+            if key in value:
+                inner = text_of(value[key], keys)
+                if inner:
+                    return inner
+        if "args" in value and isinstance(value["args"], list):
+            for arg in value["args"]:
+                inner = text_of(arg, keys)
+                if inner:
+                    return inner
+        return None
+    if isinstance(value, list):
+        for item in value:
+            inner = text_of(item, keys)
+            if inner:
+                return inner
+    return None
+
+
+def indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """Flattened lists: ``{prefix}.{i}.{field...}`` → ``{i: {field: value}}`` (fields keep their dots)."""
+    out: dict[int, dict[str, Any]] = {}
+    start = prefix + "."
+    n = len(start)
+    for key, value in attrs.items():
+        if not key.startswith(start):
+            continue
+        idx, _, fld = key[n:].partition(".")
+        if not idx.isdigit() or not fld:
+            continue
+        out.setdefault(int(idx), {})[fld] = value
+    return dict(sorted(out.items()))
+
+
+def json_dict(value: Any) -> dict[str, Any]:
+    parsed = maybe_json(value)
+    return parsed if isinstance(parsed, dict) else {}

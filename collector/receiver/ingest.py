@@ -1,0 +1,78 @@
+"""What both OTLP receivers share: auth, admission (load shedding), decoding outcome and counting.
+
+Admission bounds the requests being received at once. When the collector is saturated, new requests
+are refused at once (HTTP 503 + ``Retry-After``, gRPC ``RESOURCE_EXHAUSTED``) so latency stays bounded
+and memory does not grow with the backlog; the OTel exporters retry those with backoff.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Callable
+
+from collector.receiver.spans import DecodedRequest, extract_spans
+
+# Request outcomes (label ``status`` of ragtrace_otlp_requests_total)
+OK = "ok"
+PARTIAL = "partial"
+MALFORMED = "malformed"
+TRUNCATED = "truncated"
+TOO_LARGE = "too_large"
+UNAUTHENTICATED = "unauthenticated"
+OVERLOADED = "overloaded"
+UNSUPPORTED = "unsupported_media_type"
+INTERNAL = "internal_error"
+
+
+class Ingestor:
+    """Turns decoded OTLP requests into spans for the assembler, counting everything on the way."""
+
+    def __init__(
+        self,
+        sink: Callable[[DecodedRequest], None],
+        metrics=None,
+        bearer_token: str | None = None,
+        max_pending_requests: int = 64,
+        max_request_bytes: int = 4 * 1024 * 1024,
+        retry_after_seconds: int = 1,
+    ) -> None:
+        self.sink = sink
+        self.metrics = metrics
+        self.bearer_token = bearer_token
+        self.max_pending = max(1, max_pending_requests)
+        self.max_request_bytes = max_request_bytes
+        self.retry_after_seconds = retry_after_seconds
+        self.pending = 0
+        self.expected_authorization = f"Bearer {bearer_token}".encode() if bearer_token else None
+
+    def authorized(self, header: str | None) -> bool:
+        """Constant-time check of an ``Authorization`` header (always true without a configured token)."""
+        if self.expected_authorization is None:
+            return True
+        if not header:
+            return False
+        return hmac.compare_digest(header.strip().encode(), self.expected_authorization)
+
+    def admit(self) -> bool:
+        """Take a slot for one request, or ``False`` when saturated; pair with :meth:`done`."""
+        if self.pending >= self.max_pending:
+            return False
+        self.pending += 1
+        return True
+
+    def done(self) -> None:
+        self.pending -= 1
+
+    def count(self, transport: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.request(transport, status)
+
+    def ingest(self, request, transport: str) -> DecodedRequest:
+        """Keep the valid spans of a decoded ExportTraceServiceRequest; the result says what was refused."""
+        decoded = extract_spans(request)
+        if decoded.traces:
+            self.sink(decoded)
+        if self.metrics is not None:
+            self.metrics.spans(transport, decoded.accepted, decoded.errors)
+            self.metrics.request(transport, PARTIAL if decoded.rejected else OK)
+        return decoded

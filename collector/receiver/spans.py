@@ -1,0 +1,268 @@
+"""OTLP trace requests → the few span fields the collector keeps (the receivers' hot path).
+
+Decoding uses the upb-backed ``opentelemetry.proto`` messages. Each span is read once; only
+attributes under the prefixes the conventions need are copied into a plain dict, everything
+heavier (record assembly) waits until the trace is complete. Spans with an invalid trace or span id
+are refused and counted, which the receivers report as an OTLP partial success.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Iterable
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+# Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
+KEPT_PREFIXES: tuple[str, ...] = (
+    "openinference.",
+    "input.",
+    "output.",
+    "session.",
+    "user.",
+    "retrieval.",
+    "reranker.",
+    "llm.",
+    "gen_ai.",
+    "ragtrace.",
+    "traceloop.",
+    "metadata",
+    "tag.",
+    "db.",
+    "exception.",
+    "error.",
+)
+# Events worth keeping: exceptions and the content events of OpenLIT / GenAI conventions.
+KEPT_EVENT_PREFIXES: tuple[str, ...] = ("exception", "gen_ai.")
+
+STATUS_ERROR = 2
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
+class MalformedRequest(ValueError):
+    """The request body is not a valid OTLP ExportTraceServiceRequest."""
+
+
+class SpanData:
+    """What the collector keeps of one span. Plain fields so it serialises to JSON for shared state."""
+
+    __slots__ = (
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "start",
+        "end",
+        "status_code",
+        "status_message",
+        "attrs",
+        "events",
+        "service",
+        "nbytes",
+    )
+
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_id: str,
+        name: str,
+        start: int,
+        end: int,
+        status_code: int = 0,
+        status_message: str = "",
+        attrs: dict[str, Any] | None = None,
+        events: list[tuple[str, dict[str, Any]]] | None = None,
+        service: str | None = None,
+        nbytes: int = 0,
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_id = parent_id  # "" for a root span
+        self.name = name
+        self.start = start  # unix nanoseconds
+        self.end = end
+        self.status_code = status_code  # 0 unset, 1 ok, 2 error
+        self.status_message = status_message
+        self.attrs = attrs if attrs is not None else {}
+        self.events = events if events is not None else []
+        self.service = service
+        self.nbytes = nbytes
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parent_id
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.start and self.end and self.end >= self.start:
+            return (self.end - self.start) / 1e9
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SpanData":
+        data = dict(data)
+        data["events"] = [(n, a) for n, a in data.get("events") or []]
+        return cls(**data)
+
+    def __repr__(self) -> str:
+        return f"SpanData({self.name!r}, trace={self.trace_id}, span={self.span_id}, parent={self.parent_id or None})"
+
+
+def any_value(v: Any) -> Any:
+    """An OTLP ``AnyValue`` as a Python value (arrays → list, kvlists → dict)."""
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "int_value":
+        return v.int_value
+    if kind == "double_value":
+        return v.double_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return v.bytes_value.hex()
+    return None
+
+
+class DecodedRequest:
+    """Spans grouped by trace id, plus what was refused and why."""
+
+    __slots__ = ("traces", "accepted", "rejected", "errors")
+
+    def __init__(self) -> None:
+        self.traces: dict[str, list[SpanData]] = {}
+        self.accepted = 0
+        self.rejected = 0
+        self.errors: dict[str, int] = {}
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+    @property
+    def error_message(self) -> str:
+        """The partial-success message: what was refused, counted by reason."""
+        return "; ".join(f"{n} span(s) refused: {reason}" for reason, n in sorted(self.errors.items()))
+
+
+def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
+    """Walk a decoded request once, keeping the interesting attributes of every valid span."""
+    out = DecodedRequest()
+    traces = out.traces
+    prefixes = KEPT_PREFIXES
+    for rs in request.resource_spans:
+        service = None
+        for kv in rs.resource.attributes:
+            if kv.key == "service.name":
+                service = kv.value.string_value or None
+                break
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                tid = sp.trace_id
+                if len(tid) != 16 or tid == _ZERO_TRACE:
+                    out.reject("invalid trace id")
+                    continue
+                sid = sp.span_id
+                if len(sid) != 8 or sid == _ZERO_SPAN:
+                    out.reject("invalid span id")
+                    continue
+                attrs: dict[str, Any] = {}
+                for kv in sp.attributes:
+                    key = kv.key
+                    if key.startswith(prefixes):
+                        attrs[key] = any_value(kv.value)
+                events: list[tuple[str, dict[str, Any]]] = []
+                if sp.events:
+                    for ev in sp.events:
+                        if ev.name.startswith(KEPT_EVENT_PREFIXES):
+                            events.append((ev.name, {kv.key: any_value(kv.value) for kv in ev.attributes}))
+                status = sp.status
+                pid = sp.parent_span_id
+                trace_hex = tid.hex()
+                span = SpanData(
+                    trace_hex,
+                    sid.hex(),
+                    pid.hex() if pid else "",
+                    sp.name,
+                    sp.start_time_unix_nano,
+                    sp.end_time_unix_nano,
+                    status.code,
+                    status.message,
+                    attrs,
+                    events,
+                    service,
+                    sp.ByteSize(),
+                )
+                bucket = traces.get(trace_hex)
+                if bucket is None:
+                    traces[trace_hex] = [span]
+                else:
+                    bucket.append(span)
+                out.accepted += 1
+    return out
+
+
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """Decode an OTLP/protobuf body; :class:`MalformedRequest` when it is not one."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise MalformedRequest(f"not an OTLP ExportTraceServiceRequest: {exc}") from exc
+    return request
+
+
+def _hex_to_b64(value: Any) -> Any:
+    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. Bad hex → empty id (refused later)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raw = b""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _fix_ids(spans: Iterable[dict]) -> None:
+    for span in spans:
+        if not isinstance(span, dict):
+            continue
+        for key in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"):
+            if key in span:
+                span[key] = _hex_to_b64(span[key])
+        for link in span.get("links") or []:
+            if isinstance(link, dict):
+                for key in ("traceId", "spanId", "trace_id", "span_id"):
+                    if key in link:
+                        link[key] = _hex_to_b64(link[key])
+
+
+def parse_json(body: bytes) -> ExportTraceServiceRequest:
+    """Decode an OTLP/JSON body (hex trace/span ids, as the OTLP spec requires)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedRequest("OTLP/JSON body must be an object with resourceSpans")
+    try:
+        for rs in data.get("resourceSpans") or data.get("resource_spans") or []:
+            for ss in rs.get("scopeSpans") or rs.get("scope_spans") or []:
+                _fix_ids(ss.get("spans") or [])
+        request = ExportTraceServiceRequest()
+        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except (AttributeError, TypeError, json_format.ParseError) as exc:
+        raise MalformedRequest(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from exc
+    return request

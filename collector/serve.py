@@ -1,0 +1,93 @@
+"""``ragtrace-collector serve``: run the collector until SIGTERM/SIGINT, then shut down gracefully.
+
+Shutdown stops the receivers, flushes every in-flight trace through sampling into the queue, and gives
+the scoring worker ``--drain-timeout`` seconds to finish what it leased (the rest stays queued).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from collector.config import load_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config file (default: $RAGTRACE_CONFIG, else built-in defaults)")
+    parser.add_argument("--role", choices=["all", "receiver", "worker"], help="which parts to run (default: all)")
+    parser.add_argument("--host", help="address to bind the receivers and /metrics (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, help="OTLP/HTTP port (default 4318)")
+    parser.add_argument("--grpc-port", type=int, help="OTLP/gRPC port (default 4317)")
+    parser.add_argument("--metrics-port", type=int, help="/metrics port (default 9464)")
+    parser.add_argument("--data-dir", help="directory of the embedded queue and results store")
+    parser.add_argument("--queue-url", help="sqlite:///path or redis://host:port/db")
+    parser.add_argument("--sampling-rate", type=float, help="fraction of records scored, 0..1")
+    parser.add_argument("--judge", help="judge model: 'local' (embedded) or a litellm model name")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, help="seconds to let scoring finish on stop")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """CLI arguments as config overrides (only those given)."""
+    out: dict = {}
+
+    def put(path: tuple[str, ...], value) -> None:
+        if value is None:
+            return
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+
+    put(("role",), getattr(args, "role", None))
+    put(("listen", "host"), getattr(args, "host", None))
+    put(("listen", "http_port"), getattr(args, "http_port", None))
+    put(("listen", "grpc_port"), getattr(args, "grpc_port", None))
+    put(("listen", "metrics_port"), getattr(args, "metrics_port", None))
+    put(("data_dir",), getattr(args, "data_dir", None))
+    put(("queue", "url"), getattr(args, "queue_url", None))
+    put(("sampling", "rate"), getattr(args, "sampling_rate", None))
+    put(("judge", "model"), getattr(args, "judge", None))
+    return out
+
+
+async def serve(config, drain_timeout: float = 10.0, stop_event: asyncio.Event | None = None) -> None:
+    """Run a :class:`CollectorApp` until ``stop_event`` is set (or SIGTERM/SIGINT arrives)."""
+    from collector.app import CollectorApp
+
+    stop_event = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop_event.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    app = CollectorApp(config)
+    await app.start()
+    print(
+        f"ragtrace-collector serving: role={config.role} otlp/http={app.http_port} otlp/grpc={app.grpc_port} "
+        f"metrics={app.metrics_port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        await stop_event.wait()
+    finally:
+        await app.stop(drain_timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args.config, overrides_from_args(args))
+    except (OSError, ValueError) as exc:
+        print(f"ragtrace-collector serve: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config, args.drain_timeout))
+    return 0
