@@ -1,0 +1,80 @@
+"""Several scoring workers (the real worker, engine and results stores) on one Redis stream.
+
+Each worker has its own data directory, hence its own results store, as on separate machines: only
+the Redis scored marks can keep a record delivered twice from counting twice in the summed metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from collector.config import load_config
+from collector.queue.redis import RedisStreamQueue
+from collector.record import RagRecord
+from collector.scoring.judge import Judge
+from collector.worker import build_worker
+from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+pytestmark = pytest.mark.integration
+
+LEXICAL = ["bleu", "rouge", "levenshtein"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not os.path.exists(REDIS_SERVER):
+        pytest.skip("redis-server not installed")
+    srv = RedisServer().start()
+    yield srv
+    srv.cleanup()
+
+
+def rec(i: int) -> RagRecord:
+    return RagRecord(trace_id=f"{i + 1:032x}", pipeline="qa", user_input=f"what is {i}?",
+                     response=f"the answer is {i}", reference=f"the answer is {i}")
+
+
+def total(registries, metric: str) -> float:
+    return sum(r.get_sample_value("ragtrace_evaluations_total", {"metric": metric, "outcome": "scored"}) or 0
+               for r in registries)
+
+
+async def test_three_workers_with_separate_stores_count_each_record_once(server, tmp_path):
+    url = f"{server.url}?prefix={uuid.uuid4().hex[:8]}"
+    producer = RedisStreamQueue(url)
+    for i in range(40):
+        assert producer.put(rec(i))
+    for i in range(0, 40, 4):  # the same records again: a retried delivery, as after a lease lapse
+        assert producer.put(rec(i))
+    registries, workers, queues = [], [], []
+    for w in range(3):
+        cfg = load_config(overrides={"data_dir": str(tmp_path / f"w{w}"),
+                                     "scoring": {"metrics": LEXICAL, "concurrency": 3, "lease_seconds": 30}},
+                          environ={})
+        reg = CollectorRegistry()
+        q = RedisStreamQueue(url)
+        registries.append(reg)
+        queues.append(q)
+        workers.append(build_worker(cfg, reg, q, judge=Judge()))
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    deadline = asyncio.get_running_loop().time() + 20
+    while producer.depth() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    for w in workers:
+        await w.stop(drain_timeout=5)
+    await asyncio.gather(*tasks)
+    assert producer.depth() == 0
+    for metric in LEXICAL:
+        assert total(registries, metric) == 40
+    # Work was shared, and every (record, metric) has exactly one owner mark.
+    per_worker = [total([r], "bleu") for r in registries]
+    assert sum(1 for n in per_worker if n > 0) >= 2, per_worker
+    owners = {q.consumer for q in queues}
+    marks = producer.scored_marks
+    assert all(marks.owner_of(rec(i).key, m) in owners for i in range(40) for m in LEXICAL)
+    assert registries[0].get_sample_value("ragtrace_queue_depth") == 0
