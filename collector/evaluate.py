@@ -1,0 +1,316 @@
+"""``ragtrace-collector evaluate DATA.jsonl --metrics ... --judge MODEL|local --out SCORES.jsonl``.
+
+Scores a Ragas-style JSONL file offline. One output line per input row, written as soon as the
+row is done (so an interrupted run loses at most the rows in flight)::
+
+    {"id": ..., "line": N, "judge": ..., "scores": {metric: value | null},
+     "results": {metric: {status, score, reason, details, usage, retryable, label}},
+     "usage": {calls, prompt_tokens, completion_tokens, cost_usd, cache_hits, errors}, "retry": false}
+
+A row that cannot be read gets ``{"id", "line", "error"}`` and the run goes on. On restart with
+the same ``--out``, rows already there are not redone, except rows whose only failures were
+retryable judge errors (``"retry": true``: outage, 429, timeout), which are scored again; the
+newer line wins. Ends with a summary table (mean, count, skipped, errors per metric) over the
+whole output file. Settings resolve argument → environment (``RAGTRACE_JUDGE``,
+``RAGTRACE_JUDGE_BASE_URL``, ``RAGTRACE_JUDGE_API_KEY``, ``RAGTRACE_EMBEDDING_MODEL``) → default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import ValidationError
+
+# Legacy Ragas column names accepted on input.
+_ALIASES = {"question": "user_input", "answer": "response", "contexts": "retrieved_contexts", "ground_truth": "reference"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from collector.scoring.metrics import DEFAULT_METRICS
+
+    parser.add_argument("data", type=Path, help="input JSONL, one Ragas-style row per line")
+    parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+                        help="comma-separated metric names (default: %(default)s)")
+    parser.add_argument("--judge", default=os.environ.get("RAGTRACE_JUDGE", "local"),
+                        help="'local' (embedded offline judge) or a litellm model name (env RAGTRACE_JUDGE; default local)")
+    parser.add_argument("--judge-base-url", default=os.environ.get("RAGTRACE_JUDGE_BASE_URL"),
+                        help="base URL of an OpenAI-compatible endpoint (env RAGTRACE_JUDGE_BASE_URL)")
+    parser.add_argument("--judge-api-key", default=os.environ.get("RAGTRACE_JUDGE_API_KEY"),
+                        help="API key for the judge (env RAGTRACE_JUDGE_API_KEY; else the provider's own env var)")
+    parser.add_argument("--embedding-model", default=os.environ.get("RAGTRACE_EMBEDDING_MODEL"),
+                        help="litellm embedding model for the LLM judge (default: the local ONNX embedder)")
+    parser.add_argument("--concurrency", type=int, default=4, help="rows and judge calls in flight (default 4)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per judge call (LLM judge, default 30)")
+    parser.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts (LLM judge, default 3)")
+    parser.add_argument("--answer-relevancy-variant", choices=("statements", "questions", "embedding"), default=None,
+                        help="answer_relevancy variant (default: the first the judge supports)")
+    parser.add_argument("--idk-supported", action="store_true", help="faithfulness: count 'idk' verdicts as supported")
+    parser.add_argument("--geval-criteria", default=None, help="criteria text for the geval metric")
+    parser.add_argument("--geval-params", default="user_input,response", help="record fields geval reads")
+    parser.add_argument("--dag", type=Path, default=None, help="YAML decision tree for the dag metric")
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
+    parser.add_argument("--out", type=Path, required=True, help="output JSONL (appended to; resumable)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _iter_rows(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        n = 0
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            n += 1
+            if limit is not None and n > limit:
+                return
+            yield lineno, line
+
+
+def parse_row(lineno: int, line: str) -> tuple[str, Any]:
+    """``(row id, RagRecord)``, or ``(row id, error message)`` for a row that cannot be read."""
+    from collector.record import RagRecord
+
+    fallback_id = f"line-{lineno}"
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        return fallback_id, f"invalid JSON: {exc}"
+    if not isinstance(data, dict):
+        return fallback_id, f"a row must be a JSON object, got {type(data).__name__}"
+    for old, new in _ALIASES.items():
+        if old in data and new not in data:
+            data[new] = data.pop(old)
+    row_id = str(data["id"]) if data.get("id") not in (None, "") else fallback_id
+    data["id"] = row_id
+    try:
+        return row_id, RagRecord.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        return row_id, f"invalid row: {problems}"
+    except Exception as exc:  # a field of the wrong shape can fail inside a validator
+        return row_id, f"invalid row: {type(exc).__name__}: {exc}"
+
+
+def load_done(out: Path) -> dict[str, dict[str, Any]]:
+    """The last line per id in an existing output file. A torn final line (the run was killed
+    mid-write) is cut off so appending starts on a fresh line."""
+    done: dict[str, dict[str, Any]] = {}
+    if not out.exists():
+        return done
+    raw = out.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    for chunk in lines:
+        try:
+            entry = json.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "id" in entry:
+            done[str(entry["id"])] = entry
+    if lines and not lines[-1].endswith(b"\n"):
+        with out.open("r+b") as fh:
+            try:
+                json.loads(lines[-1])
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+            except ValueError:
+                fh.truncate(len(raw) - len(lines[-1]))
+    return done
+
+
+def _result_entry(res: Any) -> dict[str, Any]:
+    d = res.to_dict()
+    d.pop("metric", None)
+    return d
+
+
+async def _score_rows(args: argparse.Namespace, metrics: list[str], judge: Any, options: Any,
+                      rows: list[tuple[int, str]], done: dict[str, dict[str, Any]], out_fh: Any, progress: Any,
+                      task_id: Any) -> dict[str, int]:
+    from collector.scoring.engine import evaluate_record
+    from collector.scoring.judge import JudgeUsage
+
+    counts = {"scored": 0, "bad": 0, "resumed": 0}
+    seen: set[str] = set()
+    sem = asyncio.Semaphore(max(1, args.concurrency))
+    lock = asyncio.Lock()
+
+    async def write(entry: dict[str, Any]) -> None:
+        async with lock:
+            out_fh.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+            out_fh.flush()
+
+    async def one(lineno: int, line: str) -> None:
+        row_id, parsed = parse_row(lineno, line)
+        try:
+            if isinstance(parsed, str):
+                if row_id not in done:
+                    await write({"id": row_id, "line": lineno, "error": parsed})
+                counts["bad"] += 1
+                return
+            if row_id in seen:
+                await write({"id": f"{row_id}#line-{lineno}", "line": lineno, "error": f"duplicate id {row_id!r}"})
+                counts["bad"] += 1
+                return
+            seen.add(row_id)
+            prev = done.get(row_id)
+            if prev is not None and not prev.get("retry"):
+                counts["resumed"] += 1
+                return
+            async with sem:
+                try:
+                    results = await evaluate_record(parsed, metrics, judge, options)
+                except Exception as exc:  # the engine does not raise; this guards the run regardless
+                    await write({"id": row_id, "line": lineno, "error": f"{type(exc).__name__}: {exc}"})
+                    counts["bad"] += 1
+                    return
+            total = JudgeUsage()
+            for r in results:
+                total.add(r.usage)
+            await write({
+                "id": row_id,
+                "line": lineno,
+                "judge": judge.name,
+                "scores": {r.metric: r.score for r in results},
+                "results": {r.metric: _result_entry(r) for r in results},
+                "usage": asdict(total),
+                "retry": any(r.status == "error" and r.retryable for r in results),
+            })
+            counts["scored"] += 1
+        finally:
+            progress.advance(task_id)
+
+    await asyncio.gather(*(one(n, line) for n, line in rows))
+    return counts
+
+
+def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-metric mean/count/skipped/errors over the output file (last line per id)."""
+    entries = load_done(out)
+    stats = {m: {"metric": m, "values": [], "skipped": 0, "errors": 0} for m in metrics}
+    totals = {"rows": 0, "bad_rows": 0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    for entry in entries.values():
+        totals["rows"] += 1
+        if "error" in entry:
+            totals["bad_rows"] += 1
+            continue
+        for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd"):
+            totals[k] += (entry.get("usage") or {}).get(k, 0) or 0
+        for m, res in (entry.get("results") or {}).items():
+            s = stats.setdefault(m, {"metric": m, "values": [], "skipped": 0, "errors": 0})
+            if res.get("status") == "scored" and res.get("score") is not None and math.isfinite(res["score"]):
+                s["values"].append(float(res["score"]))
+            elif res.get("status") == "skipped":
+                s["skipped"] += 1
+            else:
+                s["errors"] += 1
+    rows = []
+    for s in stats.values():
+        vals = s.pop("values")
+        s["count"] = len(vals)
+        s["mean"] = sum(vals) / len(vals) if vals else None
+        rows.append(s)
+    return rows, totals
+
+
+def print_summary(rows: list[dict[str, Any]], totals: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="ragtrace evaluate: summary")
+    for col in ("metric", "mean", "count", "skipped", "errors"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        table.add_row(r["metric"], "-" if r["mean"] is None else f"{r['mean']:.4f}", str(r["count"]),
+                      str(r["skipped"]), str(r["errors"]))
+    console.print(table)
+    console.print(
+        f"rows: {totals['rows']} (unreadable: {totals['bad_rows']})  judge calls: {totals['calls']}  "
+        f"tokens: {totals['prompt_tokens']} prompt + {totals['completion_tokens']} completion  "
+        f"cost: ${totals['cost_usd']:.4f}"
+    )
+
+
+def build_options(args: argparse.Namespace) -> Any:
+    from collector.scoring.options import ScoringOptions
+
+    geval = None
+    if args.geval_criteria:
+        geval = {"name": "geval", "criteria": args.geval_criteria,
+                 "params": [p.strip() for p in args.geval_params.split(",") if p.strip()]}
+    return ScoringOptions(
+        answer_relevancy_variant=args.answer_relevancy_variant,
+        idk_counts_as_supported=args.idk_supported,
+        geval=geval,
+        dag=str(args.dag) if args.dag else None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from collector.scoring.engine import unknown_metrics
+    from collector.scoring.judges import make_judge
+
+    err = Console(stderr=True)
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    unknown = unknown_metrics(metrics)
+    if not metrics or unknown:
+        err.print(f"[red]error:[/red] unknown metric(s): {', '.join(unknown) or '(none given)'}")
+        return 2
+    if not args.data.is_file():
+        err.print(f"[red]error:[/red] no such file: {args.data}")
+        return 2
+    if args.dag is not None and not args.dag.is_file():
+        err.print(f"[red]error:[/red] no such DAG file: {args.dag}")
+        return 2
+    try:
+        options = build_options(args)
+        if options.dag:
+            from collector.scoring.metrics.geval import load_dag
+
+            load_dag(options.dag)
+    except (ValueError, OSError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+
+    judge_kwargs: dict[str, Any] = {}
+    if args.judge != "local":
+        judge_kwargs = dict(base_url=args.judge_base_url, api_key=args.judge_api_key, concurrency=args.concurrency,
+                            timeout=args.timeout, max_retries=args.max_retries, embedding_model=args.embedding_model)
+    try:
+        judge = make_judge(args.judge, **judge_kwargs)
+    except Exception as exc:
+        err.print(f"[red]error:[/red] cannot create judge {args.judge!r}: {type(exc).__name__}: {exc}")
+        return 2
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = load_done(args.out)
+    rows = list(_iter_rows(args.data, args.limit))
+
+    async def main() -> dict[str, int]:
+        try:
+            with args.out.open("a", encoding="utf-8") as out_fh, Progress(
+                TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                console=err, disable=args.no_progress,
+            ) as progress:
+                task_id = progress.add_task("rows", total=len(rows))
+                return await _score_rows(args, metrics, judge, options, rows, done, out_fh, progress, task_id)
+        finally:
+            await judge.aclose()
+
+    try:
+        counts = asyncio.run(main())
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/yellow] finished rows are saved; rerun the same command to resume")
+        return 130
+    err.print(f"scored {counts['scored']} rows, {counts['resumed']} already done, {counts['bad']} unreadable")
+    summary, totals = summarise(args.out, metrics)
+    print_summary(summary, totals, Console())
+    return 0
