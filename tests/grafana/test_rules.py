@@ -1,0 +1,127 @@
+"""The shipped Prometheus rules: promtool validates them, and promtool unit tests cover every alert."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.grafana.promql import GRAFANA, RULES, exported_metric_names, metric_names_in, recorded_names
+
+PROMTOOL = shutil.which("promtool")
+PROM_DIR = GRAFANA / "prometheus"
+RULE_TESTS = sorted((PROM_DIR / "tests").glob("*.test.yml"))
+
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def all_rules() -> list[dict]:
+    return [rule for path in RULES for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+
+
+def alerts() -> list[dict]:
+    return [r for r in all_rules() if "alert" in r]
+
+
+def alert_cases() -> dict[str, list[list]]:
+    """alert name -> list of exp_alerts lists over all promtool test cases."""
+    cases: dict[str, list[list]] = {}
+    for path in RULE_TESTS:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                cases.setdefault(case["alertname"], []).append(case.get("exp_alerts") or [])
+    return cases
+
+
+def test_rule_files_exist():
+    assert RULES, "no rule files under grafana/prometheus/rules"
+    assert RULE_TESTS, "no promtool tests under grafana/prometheus/tests"
+
+
+@needs_promtool
+def test_promtool_check_rules():
+    result = promtool("check", "rules", *map(str, RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass():
+    result = promtool("test", "rules", *[p.name for p in RULE_TESTS], cwd=PROM_DIR / "tests")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAILED" not in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_can_fail(tmp_path):
+    """A healthy scenario expected to fire must fail: the unit tests really compare alerts."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text((PROM_DIR / "rules" / "ragtrace.rules.yml").read_text())
+    (tmp_path / "wrong.test.yml").write_text(
+        "rule_files: [rules.yml]\nevaluation_interval: 1m\ntests:\n"
+        "  - interval: 1m\n    input_series:\n"
+        "      - series: 'ragtrace_eval_score_count{metric=\"faithfulness\",pipeline=\"p\",judge=\"local\"}'\n"
+        "        values: '0+10x120'\n"
+        "      - series: 'ragtrace_eval_score_sum{metric=\"faithfulness\",pipeline=\"p\",judge=\"local\"}'\n"
+        "        values: '0+9x120'\n"
+        "    alert_rule_test:\n"
+        "      - eval_time: 2h\n        alertname: RagFaithfulnessLow\n"
+        "        exp_alerts: [{exp_labels: {severity: page, metric: faithfulness, pipeline: p}}]\n"
+    )
+    result = promtool("test", "rules", "wrong.test.yml", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "FAILED" in result.stdout + result.stderr
+
+
+def test_every_alert_has_firing_and_silent_unit_tests():
+    cases = alert_cases()
+    for rule in alerts():
+        name = rule["alert"]
+        assert name in cases, f"alert {name} has no promtool unit test"
+        assert any(exp for exp in cases[name]), f"alert {name}: no test where it fires"
+        assert any(not exp for exp in cases[name]), f"alert {name}: no test where it stays silent"
+
+
+def test_quality_alerts_have_min_sample_count_and_few_sample_tests():
+    """Quality alerts require a sample count, and their tests include a pipeline with too few samples."""
+    text = "\n".join(p.read_text() for p in RULE_TESTS)
+    for rule in alerts():
+        if not rule["alert"].startswith(("RagFaithfulness", "RagQuality", "RagHallucination")):
+            continue
+        assert re.search(r"ragtrace:eval_score:count1h[^\n]*>= \d+", rule["expr"]), rule["alert"]
+    assert 'pipeline="tiny"' in text  # the few-samples pipeline that must stay silent
+
+
+def test_stalled_evaluations_alert_is_tested_firing():
+    cases = alert_cases()
+    assert any(cases["RagEvaluationsStalled"]), "RagEvaluationsStalled never fires in the unit tests"
+
+
+def test_alerts_are_documented_and_labelled():
+    header = (PROM_DIR / "rules" / "ragtrace.rules.yml").read_text().split("groups:")[0]
+    for rule in alerts():
+        assert rule["alert"] in header, f"{rule['alert']} missing from the thresholds table in the header"
+        assert rule["labels"]["severity"] in {"page", "warning"}
+        assert rule["annotations"].get("summary")
+        assert "for" in rule
+
+
+def test_rules_read_only_exported_metrics():
+    known = exported_metric_names() | recorded_names() | {"up"}
+    for rule in all_rules():
+        unknown = metric_names_in(rule["expr"]) - known
+        assert not unknown, f"{rule.get('alert') or rule.get('record')} reads unknown metrics {unknown}"
+
+
+@needs_promtool
+def test_prometheus_config_is_valid():
+    result = promtool("check", "config", str(PROM_DIR / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ragtrace.rules.yml" in result.stdout + result.stderr  # the rules are picked up
