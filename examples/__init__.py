@@ -1,0 +1,1 @@
+"""Example applications traced with ragtrace (see ``examples/rag_app``)."""
