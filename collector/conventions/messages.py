@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 from ragtrace import attributes as A
@@ -45,6 +46,23 @@ def _json_messages(value: Any) -> list[Message]:
     return out
 
 
+_ROLE_PREFIX = re.compile(r"^(system|user|assistant|developer|tool|human|ai): ", re.IGNORECASE)
+
+
+def _role_prefixed(text: str) -> list[Message]:
+    """OpenLIT's flattened prompt: ``role: content`` lines (continuation lines join the previous message)."""
+    out: list[Message] = []
+    for line in text.split("\n"):
+        m = _ROLE_PREFIX.match(line)
+        if m:
+            out.append((m.group(1).lower(), line[m.end() :]))
+        elif out:
+            out[-1] = (out[-1][0], out[-1][1] + "\n" + line)
+        else:
+            out.append(("user", line))
+    return out
+
+
 def _indexed_messages(attrs: Mapping[str, Any], prefix: str, role_key: str, content_key: str) -> list[Message]:
     out = []
     for _, fields in indexed(attrs, prefix).items():
@@ -68,12 +86,12 @@ def input_messages(attrs: Mapping[str, Any], events: Sequence[tuple[str, dict]] 
         return msgs
     prompt = attrs.get(A.GEN_AI_PROMPT_PREFIX)  # OpenLIT span attribute form
     if isinstance(prompt, str):
-        return _json_messages(prompt) or [("user", prompt)]
+        return _json_messages(prompt) or _role_prefixed(prompt)
     out = []
     for name, ev in events:
         if name == "gen_ai.content.prompt" and isinstance(ev.get("gen_ai.prompt"), str):  # OpenLIT event
             prompt = ev["gen_ai.prompt"]
-            out.extend(_json_messages(prompt) or [("user", prompt)])
+            out.extend(_json_messages(prompt) or _role_prefixed(prompt))
         elif name in ("gen_ai.system.message", "gen_ai.user.message", "gen_ai.assistant.message"):
             content = _parts_text(maybe_json(ev.get("content"))) or ev.get("content")
             if isinstance(content, str):
