@@ -189,7 +189,10 @@ class Metric(abc.ABC):
         """Score one record; never raises (see module docstring)."""
         ctx = ctx or ScoringContext(record, judge)
         base = dict(metric=self.name, higher_is_better=self.higher_is_better)
-        missing = self.missing_inputs(record)
+        try:
+            missing = self.missing_inputs(record)
+        except Exception as exc:  # a record built without validation
+            return MetricResult(status="error", reason=f"unreadable record: {type(exc).__name__}: {exc}", **base)
         if missing:
             return MetricResult(status="skipped", reason=f"missing input: {', '.join(missing)}", **base)
         with usage_scope() as usage:
