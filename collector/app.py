@@ -99,6 +99,8 @@ class CollectorApp:
         cfg = self.config
         if self.queue is None:
             self.queue = self._open_queue()
+        if hasattr(self.queue, "register_metrics"):  # Redis queue: local buffer, shed, reclaimed (issue 7)
+            self.queue.register_metrics(self.registry)
         if cfg.runs_receiver:
             self.assembler = Assembler(state_from_config(cfg.assembly), observer=self.metrics)
             budget = budget_from_config(cfg.sampling, cfg.queue.url)
@@ -124,6 +126,10 @@ class CollectorApp:
             self.worker = build_worker(cfg, self.registry, self.queue)
             # Judge usage inside the worker's task adds up here (contextvars are copied into the task),
             # which feeds the judge-token budget.
+            if not cfg.runs_receiver:
+                # A worker-only process has no sampler: report judge tokens straight to the (shared) budget.
+                worker_budget = budget_from_config(cfg.sampling, cfg.queue.url)
+                self.worker.on_usage = lambda usage: worker_budget.add_judge_tokens(usage.total_tokens)
             with usage_scope() as usage:
                 self._judge_usage = usage
                 self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")

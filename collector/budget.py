@@ -150,7 +150,7 @@ class RedisBudget(Budget):
         if tokens <= 0:
             return
         self.fallback.add_judge_tokens(tokens)
-        if self.judge_tokens_per_hour is None:
+        if self.judge_tokens_per_hour is None or time.monotonic() < self._down_until:
             return
         try:
             self._add_tokens(keys=[self.tokens_key], args=[tokens])

@@ -127,21 +127,47 @@ class ScoredMarks:
     """
 
     def __init__(self, client: redis.Redis, prefix: str = "ragtrace", owner: str | None = None,
-                 ttl_seconds: int = 7 * 24 * 3600) -> None:
+                 ttl_seconds: int = 7 * 24 * 3600, patience_seconds: float = 60.0) -> None:
         self._r = client
         self.prefix = prefix
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}"
         self.ttl_seconds = ttl_seconds
+        self.patience_seconds = patience_seconds
 
     def key(self, record_key: str, metric: str) -> str:
         return f"{self.prefix}:scored:{record_key}:{metric}"
 
+    def _patiently(self, call):
+        # The worker has already stored the result locally when it asks: waiting out a short Redis
+        # outage (restart, failover) here keeps that result from going uncounted.
+        deadline = time.monotonic() + self.patience_seconds
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except UNAVAILABLE:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
+
     def first(self, record_key: str, metric: str) -> bool:
-        """Atomically claim the (record, metric) pair; ``True`` for exactly one caller ever."""
-        return bool(self._r.set(self.key(record_key, metric), self.owner, nx=True, ex=self.ttl_seconds))
+        """Atomically claim the (record, metric) pair; ``True`` for exactly one caller ever.
+
+        The same owner asking again also gets ``True`` (its earlier answer may have been lost
+        with the connection), so a retried call cannot leave a result counted by nobody.
+        """
+        key = self.key(record_key, metric)
+
+        def claim() -> bool:
+            if self._r.set(key, self.owner, nx=True, ex=self.ttl_seconds):
+                return True
+            return self._r.get(key) == self.owner
+
+        return bool(self._patiently(claim))
 
     def owner_of(self, record_key: str, metric: str) -> str | None:
-        return self._r.get(self.key(record_key, metric))
+        return self._patiently(lambda: self._r.get(self.key(record_key, metric)))
 
 
 class RedisStreamQueue(RecordQueue):
