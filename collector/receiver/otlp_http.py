@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import zlib
 from typing import Callable
 
 from aiohttp import web
@@ -35,6 +36,25 @@ _RESOURCE_EXHAUSTED = 8
 _UNAUTHENTICATED = 16
 _UNAVAILABLE = 14
 _INTERNAL = 13
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """gzip/deflate body → bytes, refusing to inflate beyond ``limit`` (zip bombs)."""
+    wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    out = d.decompress(body, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        raise _TooLarge()
+    out += d.flush()
+    if len(out) > limit:
+        raise _TooLarge()
+    if not d.eof:
+        raise zlib.error("truncated compressed stream")
+    return out
 
 
 def _status_body(content_type: str, code: int, message: str) -> bytes:
@@ -79,7 +99,9 @@ class OtlpHttpReceiver:
         self.port: int | None = None
 
     async def start(self, host: str, port: int) -> int:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # Bodies are decompressed here, not by aiohttp, so a broken or oversized gzip stream gets a 400/413
+        # reply (and is counted) instead of a dropped connection.
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=1024, reuse_address=True)
         await site.start()
@@ -140,6 +162,21 @@ class OtlpHttpReceiver:
             except Exception as exc:  # aiohttp payload errors: bad gzip, broken chunking, short body
                 ing.count(TRANSPORT, outcomes.TRUNCATED)
                 return _reply(reply_type, 400, _INVALID_ARGUMENT, f"unreadable request body: {exc}")
+            encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding in ("gzip", "x-gzip", "deflate"):
+                try:
+                    body = _decompress(body, encoding, ing.max_request_bytes)
+                except _TooLarge:
+                    ing.count(TRANSPORT, outcomes.TOO_LARGE)
+                    return _reply(
+                        reply_type, 413, _RESOURCE_EXHAUSTED, f"decompressed request exceeds {ing.max_request_bytes} bytes"
+                    )
+                except zlib.error as exc:
+                    ing.count(TRANSPORT, outcomes.MALFORMED)
+                    return _reply(reply_type, 400, _INVALID_ARGUMENT, f"invalid {encoding} body: {exc}")
+            elif encoding not in ("identity", ""):
+                ing.count(TRANSPORT, outcomes.UNSUPPORTED)
+                return _reply(reply_type, 415, _INVALID_ARGUMENT, f"unsupported content encoding {encoding!r}")
             try:
                 message = parse_json(body) if content_type == JSON else parse_protobuf(body)
             except MalformedRequest as exc:
