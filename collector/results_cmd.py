@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from collector.export.results_store import ResultsStore, StoredResult
+from collector.export.results_store import unsupported_claims as _unsupported
 
 MAX_TEXT = 160
 
@@ -46,9 +47,7 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def unsupported_claims(row: StoredResult) -> list[str]:
-    details = row.details or {}
-    claims = details.get("unsupported") or details.get("unsupported_claims") or []
-    return [str(c) for c in claims] if isinstance(claims, (list, tuple)) else [str(claims)]
+    return _unsupported(row.details)
 
 
 def as_json(row: StoredResult) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from collector.export.results_store import unsupported_claims
 from collector.record import RagRecord
 from collector.scoring.result import MetricResult
 from ragtrace import attributes as A
@@ -80,9 +81,8 @@ def make_exporter(
 
 def explanation(result: MetricResult) -> str:
     """A short human-readable why: the unsupported claims where the metric lists them, else the reason."""
-    details = result.details or {}
-    bad = details.get("unsupported") or details.get("unsupported_claims")
-    if isinstance(bad, (list, tuple)) and bad:
+    bad = unsupported_claims(result.details)
+    if bad:
         text = "Unsupported claims: " + "; ".join(str(c) for c in bad)
     else:
         text = result.reason or ""

@@ -79,6 +79,24 @@ class StoredResult:
         return {name: getattr(self, name) for name in _COLUMNS}
 
 
+def unsupported_claims(details: dict[str, Any] | None) -> list[str]:
+    """The claims a metric found unsupported: ``details["unsupported"]`` (hallucination) or the
+    ``claims`` whose verdict is not ``yes`` (faithfulness; ``idk`` too unless it counted as supported)."""
+    details = details or {}
+    listed = details.get("unsupported", details.get("unsupported_claims"))
+    if isinstance(listed, (list, tuple)):
+        return [str(c.get("statement", c)) if isinstance(c, dict) else str(c) for c in listed]
+    claims = details.get("claims")
+    if not isinstance(claims, (list, tuple)):
+        return []
+    ok = {"yes", "idk"} if details.get("idk_counts_as_supported") else {"yes"}
+    return [
+        str(c.get("statement", ""))
+        for c in claims
+        if isinstance(c, dict) and c.get("verdict") is not None and c.get("verdict") not in ok
+    ]
+
+
 class ResultsStore:
     """SQLite (WAL) table of metric results keyed by ``(RagRecord.key, metric)``; thread-safe."""
 

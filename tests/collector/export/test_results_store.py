@@ -48,3 +48,14 @@ def test_worst_first_with_threshold_and_direction(tmp_path):
         store.add(rec(i), [MetricResult("hallucination", "scored", s, higher_is_better=False)], "local")
     assert [r.score for r in store.worst("hallucination", above=0.5)] == [0.8, 0.6]
     assert store.worst("faithfulness", pipeline="other") == []
+
+
+def test_unsupported_claims_from_either_details_shape():
+    from collector.export.results_store import unsupported_claims
+
+    assert unsupported_claims({"unsupported": ["a", "b"]}) == ["a", "b"]
+    faith = {"claims": [{"statement": "x", "verdict": "yes"}, {"statement": "y", "verdict": "no"},
+                        {"statement": "z", "verdict": "idk"}], "idk_counts_as_supported": False}
+    assert unsupported_claims(faith) == ["y", "z"]
+    assert unsupported_claims({**faith, "idk_counts_as_supported": True}) == ["y"]
+    assert unsupported_claims({}) == [] and unsupported_claims(None) == []
