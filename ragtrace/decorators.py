@@ -59,10 +59,11 @@ _PLAIN_TYPES = frozenset({str, bytes, dict, list, tuple, int, float, bool, type(
 class _ArgRef:
     """Where one parameter sits: read it from kwargs by name or args by position."""
 
-    __slots__ = ("name", "i_unbound", "i_bound")
+    __slots__ = ("name", "i_unbound", "i_bound", "default")
 
-    def __init__(self, name: str, index: int | None, self_like: bool) -> None:
+    def __init__(self, name: str, index: int | None, self_like: bool, default: Any = None) -> None:
         self.name = name
+        self.default = default
         self.i_unbound = index
         self.i_bound = None if index is None else (index - 1 if self_like else index)
 
@@ -74,7 +75,7 @@ class _ArgRef:
         i = self.i_bound if bound else self.i_unbound
         if i is not None and 0 <= i < len(args):
             return args[i]
-        return None
+        return self.default
 
 
 def _params(fn: Any) -> list[inspect.Parameter]:
@@ -89,6 +90,7 @@ def _find(params: list[inspect.Parameter], names: tuple[str, ...] | str | int | 
     """Locate a parameter by explicit name/index, else by conventional names, else (optionally) the first one."""
     positional_ok = True
     index_of: dict[str, int | None] = {}
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
     for i, p in enumerate(params):
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             positional_ok = False
@@ -98,18 +100,18 @@ def _find(params: list[inspect.Parameter], names: tuple[str, ...] | str | int | 
     if isinstance(names, int):
         return _ArgRef(f"__arg{names}", names + (1 if self_like else 0), self_like)
     if isinstance(names, str):
-        return _ArgRef(names, index_of.get(names), self_like)
+        return _ArgRef(names, index_of.get(names), self_like, defaults.get(names))
     if names:
         for n in names:
             if n in index_of:
-                return _ArgRef(n, index_of[n], self_like)
+                return _ArgRef(n, index_of[n], self_like, defaults.get(n))
     if fallback_first:
         start = 1 if self_like else 0
         for p in params[start:]:
             if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-                return _ArgRef(p.name, index_of.get(p.name), self_like)
+                return _ArgRef(p.name, index_of.get(p.name), self_like, defaults.get(p.name))
             if p.kind is inspect.Parameter.KEYWORD_ONLY:
-                return _ArgRef(p.name, None, self_like)
+                return _ArgRef(p.name, None, self_like, defaults.get(p.name))
     return None
 
 
@@ -129,7 +131,10 @@ class _Spec:
                  operation: str | None = None) -> None:
         target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
         self.role = role
-        self.name = name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")
+        qual = getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")
+        if "<locals>" in qual:  # a function defined inside another: its own name reads better
+            qual = qual.rsplit("<locals>.", 1)[-1]
+        self.name = name or qual
         self.capture = capture_content
         self.model = model
         self.provider = provider or _provider_from_model(model)
@@ -217,8 +222,8 @@ class _Spec:
     def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
                          q: Any, capture: bool, s: Any) -> None:
         attrs = w.attrs
-        if self.model_ref is not None:
-            m = self.model_ref.get(bound, args, kwargs)
+        if self.model is None:
+            m = self.model_ref.get(bound, args, kwargs) if self.model_ref is not None else None
             if m is None and instance is not None:
                 m = getattr(instance, "model", None) or getattr(instance, "model_name", None)
             if isinstance(m, str) and m:
