@@ -113,6 +113,9 @@ class ScoringConfig(_Section):
         ]
     )
     pipelines: dict[str, list[str]] = Field(default_factory=dict)
+    # judge outage: the worker pauses this long (doubling up to the max) and leaves records queued
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 30.0
 
 
 class OtlpEventsConfig(_Section):
