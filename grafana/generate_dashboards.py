@@ -459,28 +459,33 @@ def health_dashboard() -> dict:
         "Evaluations by outcome",
         [target("sum by (metric, outcome) (rate(ragtrace_evaluations_total[$__rate_interval]))",
                 "{{metric}} {{outcome}}")], unit="ops", stack=True), 12, 8))
+    # Judges seen by their decisions (every judge times each decision); the embedded judge makes no
+    # remote calls and spends no tokens or money, so those panels show it at 0 rather than empty.
+    active = "sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval])) * 0"
     panels.append(lay.place(timeseries(
-        "Judge calls and errors per second",
-        [target("sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval]))", "calls {{judge}}", "A"),
-         # A judge with no errors shows 0 rather than an empty panel.
+        "Judge decisions, calls and errors per second",
+        [target("sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval]))",
+                "decisions {{judge}}", "A"),
+         target("sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval]))\n"
+                f"  or on (judge)\n{active}", "calls {{judge}}", "B"),
          target("sum by (judge, kind) (rate(ragtrace_judge_errors_total[$__rate_interval]))\n"
-                "  or on (judge)\nlabel_replace(sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval])) * 0,"
-                ' "kind", "none", "", "")',
-                "errors {{judge}} {{kind}}", "B")], unit="ops"), 12, 8))
+                f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
+                "errors {{judge}} {{kind}}", "C")], unit="ops",
+        description="Decisions: judge method calls (timed); calls: model requests; errors by kind "
+                    "(unavailable: records wait; failed: input cannot be judged; call: retried)."), 12, 8))
     panels.append(lay.place(timeseries(
         "Judge decision latency", quantiles("ragtrace_judge_latency_seconds", "", by="judge"),
         unit="s"), 8, 8))
     panels.append(lay.place(timeseries(
         "Judge tokens per second",
         [target("sum by (judge, kind) (rate(ragtrace_judge_tokens_total[$__rate_interval]))\n"
-                "  or on (judge)\nlabel_replace(sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval])) * 0,"
-                ' "kind", "none", "", "")',
+                f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
                 "{{judge}} {{kind}}")],
         unit="short", description="The embedded judge spends no tokens and shows 0."), 8, 8))
     panels.append(lay.place(timeseries(
         "Judge cost (USD per hour)",
         [target("sum by (judge) (rate(ragtrace_judge_cost_usd_total[$__rate_interval])) * 3600\n"
-                "  or\nsum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval])) * 0",
+                f"  or on (judge)\n{active}",
                 "{{judge}}")],
         unit="currencyUSD", description="The embedded judge costs nothing and shows 0."), 8, 8))
     panels.append(lay.place(timeseries(
