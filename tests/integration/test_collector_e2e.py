@@ -305,6 +305,7 @@ async def test_judge_outage_keeps_records_queued_then_scores_them(tmp_path):
             tmp_path,
             judge={"model": "openai/judge-model", "base_url": judge_server.base_url, "api_key": "test-key",
                    "max_retries": 0, "timeout_seconds": 10},
+            scoring={"backoff_initial_seconds": 0.3, "backoff_max_seconds": 2},
         ), environ={})
         app = CollectorApp(cfg)
         await app.start()
