@@ -118,3 +118,7 @@ RAGTRACE_CHUNK_COUNT = "ragtrace.response.chunk_count"
 RAGTRACE_STREAM_ABANDONED = "ragtrace.stream.abandoned"
 RAGTRACE_TRUNCATED = "ragtrace.truncated"  # bool: some attribute was shortened or dropped
 RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the per-span cap
+
+# --- added by the SDK (additive only) ---------------------------------------------------------
+ERROR_TYPE = "error.type"  # OTel semconv: the exception class name on a failed span
+RERANKER_OUTPUT_DOCUMENT_PREFIX = RERANKER_OUTPUT_DOCUMENTS  # reranker.output_documents.{i}.document.{field}

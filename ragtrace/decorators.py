@@ -312,7 +312,7 @@ class _TracedStreamState(StreamState):
 def _record_error(span: Any, exc: BaseException) -> None:
     try:
         if span.is_recording():
-            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1024]))
     except Exception as e:
@@ -331,7 +331,10 @@ def _is_stream(result: Any) -> bool:
     t = type(result)
     if t in _PLAIN_TYPES:
         return False
-    return hasattr(t, "__next__") or hasattr(t, "__anext__")
+    if hasattr(t, "__next__") or hasattr(t, "__anext__"):
+        return True
+    # SDK stream objects that are only iterable (``openai.Stream``-like): recognised by name
+    return "Stream" in t.__name__ and (hasattr(t, "__iter__") or hasattr(t, "__aiter__"))
 
 
 def _new_state(spec: _Spec, span: Any, ctx: Any, capture: bool, t0: float | None = None) -> _TracedStreamState:
