@@ -32,6 +32,9 @@ When the script is empty the server asks ``responder(body) -> Reply | str | dict
 parsed request body), so a test can answer by a function of the request (a "scripted judge");
 with no responder it replies ``{}``. ``ScriptedOpenAI(delay=0.2)`` adds latency to every call.
 
+Each :class:`LoggedRequest` also holds the ``status`` answered and the ``prompt_tokens`` /
+``completion_tokens`` reported, so benchmarks can count calls and tokens server-side.
+
 Usage: every chat reply carries ``usage`` with ``prompt_tokens`` = ceil(characters of all messages
 / 4) and ``completion_tokens`` = ceil(characters of the content / 4) (or the overrides), so token
 accounting is testable and deterministic. Embeddings come from ``embedder(texts) -> vectors``;
@@ -83,6 +86,9 @@ class LoggedRequest:
     path: str
     body: Any
     received_at: float = field(default_factory=time.monotonic)
+    status: int | None = None  # what the server answered (None: dropped or not yet answered)
+    prompt_tokens: int = 0  # the usage the server reported in its reply
+    completion_tokens: int = 0
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -164,7 +170,7 @@ class ScriptedOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer((self.host, self.port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-openai", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-openai", daemon=True)
         self._thread.start()
         return self
 
@@ -208,9 +214,11 @@ class ScriptedOpenAI:
             return [r for r in self.requests if r.path.endswith("/embeddings")]
 
     # internals ------------------------------------------------------------------------------
-    def _log(self, path: str, body: Any) -> None:
+    def _log(self, path: str, body: Any) -> LoggedRequest:
+        entry = LoggedRequest(path, body)
         with self._lock:
-            self.requests.append(LoggedRequest(path, body))
+            self.requests.append(entry)
+        return entry
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -226,7 +234,8 @@ class ScriptedOpenAI:
         text = reply.text()
         prompt_chars = sum(len(_content_text(m.get("content"))) for m in body.get("messages") or [])
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _tokens(prompt_chars)
-        completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else _tokens(len(text))
+        n = max(1, int(body.get("n") or 1))  # ``n`` choices, all with the scripted content, usage × n
+        completion_tokens = n * (reply.completion_tokens if reply.completion_tokens is not None else _tokens(len(text)))
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": text},
@@ -254,7 +263,7 @@ class ScriptedOpenAI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "scripted"),
-            "choices": [choice],
+            "choices": [{**choice, "index": i} for i in range(n)],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -304,14 +313,16 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = None
             path = self.path.split("?", 1)[0]
-            server._log(path, body)
+            logged = server._log(path, body)
             if not isinstance(body, dict):
                 self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}})
                 return
             if server.delay:
                 time.sleep(server.delay)
             if path.endswith("/embeddings"):
-                self._send_json(200, server.embeddings_response(body))
+                payload = server.embeddings_response(body)
+                logged.status, logged.prompt_tokens = 200, payload["usage"]["prompt_tokens"]
+                self._send_json(200, payload)
                 return
             if not path.endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}})
@@ -333,10 +344,15 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.status != 200:
                 kind = "rate_limit_error" if reply.status == 429 else "server_error"
                 message = reply.error_message or f"scripted HTTP {reply.status}"
+                logged.status = reply.status
                 self._send_json(reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}})
                 return
+            payload = server.chat_response(body, reply)
+            logged.status = 200
+            logged.prompt_tokens = payload["usage"]["prompt_tokens"]
+            logged.completion_tokens = payload["usage"]["completion_tokens"]
             try:
-                self._send_json(200, server.chat_response(body, reply))
+                self._send_json(200, payload)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                 pass
 
