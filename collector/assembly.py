@@ -249,6 +249,10 @@ class Assembler:
         record = self.builder(completed.trace_id, completed.spans)
         if completed.reason != REASON_ROOT:
             record.metadata.setdefault("ragtrace.assembly", completed.reason)
+        # The evaluation events (collector.export.otlp_events) hang under the trace's root span.
+        root = next((s for s in completed.spans if not s.parent_id), None)
+        if root is not None and root.span_id:
+            record.metadata.setdefault("root_span_id", root.span_id)
         return record
 
     def collect(self, limit: int | None = None, everything: bool = False) -> list[RagRecord]:

@@ -131,7 +131,8 @@ class EvaluationEvents:
         self.provider = TracerProvider(
             resource=Resource.create({"service.name": SERVICE_NAME}), id_generator=_RecordTraceIds()
         )
-        processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        # Scores are not urgent, but a second's delay keeps them close to the trace they judge.
+        processor = BatchSpanProcessor(exporter, schedule_delay_millis=1000) if batch else SimpleSpanProcessor(exporter)
         self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("ragtrace.collector.evaluation")
 

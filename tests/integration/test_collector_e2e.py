@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -33,6 +34,8 @@ import ragtrace
 from collector.config import load_config
 from collector.export.results_store import ResultsStore
 from tests.support.net import free_port, wait_for_port
+from tests.support.otlp_sink import OtlpSink
+from tests.support.otlp_sink import attributes as otlp_attributes
 from tests.support.scripted_openai import Reply, ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
@@ -64,6 +67,7 @@ def answer(question: str, contexts: list[str]) -> str:
 @ragtrace.pipeline(name="support")
 def handle(question: str) -> str:
     _trace_ids.append(ragtrace.current_trace_id())
+    _root_span_ids.append(format(otel_trace.get_current_span().get_span_context().span_id, "016x"))
     docs = search(question)
     if _split_requests:
         _handle.force_flush()  # the retriever span leaves in its own OTLP request
@@ -71,6 +75,7 @@ def handle(question: str) -> str:
 
 
 _trace_ids: list[str | None] = []
+_root_span_ids: list[str] = []
 
 
 def send_traces(endpoint: str, protocol: str, questions: list[str], split: bool = False) -> list[str]:
@@ -81,6 +86,7 @@ def send_traces(endpoint: str, protocol: str, questions: list[str], split: bool 
                             schedule_delay_ms=50)
     _split_requests = split
     _trace_ids.clear()
+    _root_span_ids.clear()
     try:
         for q in questions:
             handle(q)
@@ -165,10 +171,13 @@ def stored_keys(path: Path) -> dict[str, int]:
 async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path):
     from collector.app import CollectorApp
 
+    sink = OtlpSink()  # the downstream trace backend receiving the evaluation events
     cfg = load_config(overrides=base_config(tmp_path, judge={"model": "local"},
-                                            scoring={"metrics": ["faithfulness", "answer_relevancy"]}), environ={})
+                                            scoring={"metrics": ["faithfulness", "answer_relevancy"]},
+                                            export={"otlp_events": {"endpoint": sink.url}}), environ={})
     app = CollectorApp(cfg)
     await app.start()
+    roots = {}
     try:
         results = Path(cfg.results_path)
         for protocol, endpoint, split in (
@@ -176,6 +185,7 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
             ("grpc", f"http://127.0.0.1:{app.grpc_port}", False),
         ):
             (tid,) = await asyncio.to_thread(send_traces, endpoint, protocol, ["What is the capital of France?"], split)
+            roots[tid] = _root_span_ids[0]
             await wait_until(lambda: stored_keys(results).get(tid) == 2, 60, f"trace {tid} scored ({protocol})")
             text = await asyncio.to_thread(scrape, app.metrics_port)
             assert exemplar_lines(text, tid), f"no trace_id exemplar for {tid} ({protocol})"
@@ -194,8 +204,19 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
         assert sample(text, "ragtrace_evaluations_total", outcome="scored") == scored
         assert sample(text, "ragtrace_queue_depth") == 0
         assert sample(text, "ragtrace_judge_latency_seconds_count", judge="local") > 0
+        # every score also went downstream as a gen_ai.evaluation.result event under the scored request
+        await wait_until(lambda: len(sink.spans()) >= scored, 15, "evaluation events downstream")
+        for span in sink.spans():
+            tid = span.trace_id.hex()
+            assert tid in roots and span.parent_span_id.hex() == roots[tid]
+            (event,) = span.events
+            assert event.name == "gen_ai.evaluation.result"
+            attrs = otlp_attributes(event.attributes)
+            assert attrs["gen_ai.evaluation.name"] in ("faithfulness", "answer_relevancy")
+            assert 0.0 <= attrs["gen_ai.evaluation.score.value"] <= 1.0
     finally:
         await app.stop(drain_timeout=5)
+        sink.close()
 
 
 # --- 2. kill -9 with queued records, restart, exactly once ----------------------------------------

@@ -2,66 +2,23 @@
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.export.otlp_events import EvaluationEvents, explanation, make_exporter
 from collector.record import RagRecord
 from collector.scoring.result import MetricResult
+from tests.support.otlp_sink import OtlpSink
+from tests.support.otlp_sink import attributes as _attrs
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT = "b7ad6b7169203331"
 
 
-class _Sink:
-    """A bare OTLP/HTTP endpoint on loopback keeping every decoded export request."""
-
-    def __init__(self) -> None:
-        self.requests: list[ExportTraceServiceRequest] = []
-        self.paths: list[str] = []
-        self.got = threading.Event()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                sink.paths.append(self.path)
-                sink.requests.append(ExportTraceServiceRequest.FromString(body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-                self.wfile.write(b"")
-                sink.got.set()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def sink():
-    s = _Sink()
-    yield s
-    s.close()
-
-
-def _attrs(kvs) -> dict:
-    out = {}
-    for kv in kvs:
-        v = kv.value
-        out[kv.key] = getattr(v, v.WhichOneof("value"))
-    return out
+    with OtlpSink() as s:
+        yield s
 
 
 def test_event_over_real_otlp_http_parented_to_root_span(sink):
@@ -76,8 +33,7 @@ def test_event_over_real_otlp_http_parented_to_root_span(sink):
     events.shutdown()
     assert sink.got.wait(5)
     assert sink.paths == ["/v1/traces"]
-    spans = [s for r in sink.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    (span,) = spans
+    (span,) = sink.spans()
     assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == ROOT
     (event,) = span.events
     assert event.name == "gen_ai.evaluation.result"
