@@ -121,4 +121,3 @@ RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the pe
 
 # --- added by the SDK (additive only) ---------------------------------------------------------
 ERROR_TYPE = "error.type"  # OTel semconv: the exception class name on a failed span
-RERANKER_OUTPUT_DOCUMENT_PREFIX = RERANKER_OUTPUT_DOCUMENTS  # reranker.output_documents.{i}.document.{field}

@@ -1,69 +1,180 @@
-"""A bare OTLP/HTTP trace endpoint on loopback that keeps every decoded export request.
+"""A small OTLP trace receiver for tests and benchmarks: OTLP/HTTP (protobuf) and OTLP/gRPC.
 
-Used to check what the collector sends downstream (``gen_ai.evaluation.result`` events) over a real
-socket, without depending on the collector's own receiver::
+It decodes every ``ExportTraceServiceRequest`` with opentelemetry-proto and keeps the spans
+as plain dicts. ``delay`` makes it a slow sink (each export waits before answering).
 
-    with OtlpSink() as sink:
-        sink.url                  # "http://127.0.0.1:PORT" (the exporter adds /v1/traces)
-        sink.spans()              # every span received so far (protobuf Span objects)
+    sink = OtlpSink()
+    http_port = sink.start_http(); grpc_port = sink.start_grpc()
+    ...
+    spans = sink.wait_for_spans(3)
+    sink.stop()
 """
 
 from __future__ import annotations
 
+import gzip
 import threading
+import time
+import zlib
+from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from tests.support.net import free_port
+
+
+def any_value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, kind)
+
+
+def decode_request(req: trace_service_pb2.ExportTraceServiceRequest) -> list[dict]:
+    out = []
+    for rs in req.resource_spans:
+        resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                out.append({
+                    "name": sp.name,
+                    "trace_id": sp.trace_id.hex(),
+                    "span_id": sp.span_id.hex(),
+                    "parent_span_id": sp.parent_span_id.hex() or None,
+                    "kind": sp.kind,
+                    "start_ns": sp.start_time_unix_nano,
+                    "end_ns": sp.end_time_unix_nano,
+                    "attributes": {kv.key: any_value(kv.value) for kv in sp.attributes},
+                    "events": [{"name": e.name, "attributes": {kv.key: any_value(kv.value) for kv in e.attributes}}
+                               for e in sp.events],
+                    "status_code": sp.status.code,
+                    "status_message": sp.status.message,
+                    "resource": resource,
+                    "scope": ss.scope.name,
+                })
+    return out
 
 
 class OtlpSink:
-    def __init__(self) -> None:
-        self.requests: list[ExportTraceServiceRequest] = []
-        self.paths: list[str] = []
-        self.got = threading.Event()
-        self._lock = threading.Lock()
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self._spans: list[dict] = []
+        self._cond = threading.Condition()
+        self.requests = 0
+        self.bad_requests = 0
+        self._http: ThreadingHTTPServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc: Any = None
+
+    # --- storage
+    def _add(self, req: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        spans = decode_request(req)
+        with self._cond:
+            self.requests += 1
+            self._spans.extend(spans)
+            self._cond.notify_all()
+
+    def spans(self) -> list[dict]:
+        with self._cond:
+            return list(self._spans)
+
+    def span_count(self) -> int:
+        with self._cond:
+            return len(self._spans)
+
+    def clear(self) -> None:
+        with self._cond:
+            self._spans.clear()
+
+    def wait_for_spans(self, n: int, timeout: float = 10.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._spans) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"sink got {len(self._spans)} spans, wanted {n}")
+                self._cond.wait(left)
+            return list(self._spans)
+
+    # --- OTLP/HTTP
+    def start_http(self, port: int | None = None) -> int:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with sink._lock:
-                    sink.paths.append(self.path)
-                    sink.requests.append(ExportTraceServiceRequest.FromString(body))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                enc = (self.headers.get("Content-Encoding") or "").lower()
+                try:
+                    if enc == "gzip":
+                        body = gzip.decompress(body)
+                    elif enc == "deflate":
+                        body = zlib.decompress(body)
+                    if self.path.rstrip("/") != "/v1/traces":
+                        raise ValueError(f"unknown path {self.path}")
+                    req = trace_service_pb2.ExportTraceServiceRequest()
+                    req.ParseFromString(body)
+                except Exception as exc:
+                    sink.bad_requests += 1
+                    msg = str(exc).encode()
+                    self.send_response(400)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                if sink.delay:
+                    time.sleep(sink.delay)
+                sink._add(req)
+                resp = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(resp)))
                 self.end_headers()
-                sink.got.set()
+                self.wfile.write(resp)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        port = port or free_port()
+        self._http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._http.daemon_threads = True
+        self._http_thread = threading.Thread(target=self._http.serve_forever, name="otlp-sink-http", daemon=True)
+        self._http_thread.start()
+        return port
 
-    def spans(self) -> list[Any]:
-        with self._lock:
-            return [s for r in self.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    # --- OTLP/gRPC
+    def start_grpc(self, port: int | None = None) -> int:
+        import grpc
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        sink = self
 
-    def __enter__(self) -> "OtlpSink":
-        return self
+        class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+                if sink.delay:
+                    time.sleep(sink.delay)
+                sink._add(request)
+                return trace_service_pb2.ExportTraceServiceResponse()
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        port = port or free_port()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        self._grpc = server
+        return port
 
-
-def attributes(kvs: Any) -> dict[str, Any]:
-    """A protobuf KeyValue list as a plain dict."""
-    out = {}
-    for kv in kvs:
-        v = kv.value
-        out[kv.key] = getattr(v, v.WhichOneof("value"))
-    return out
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._grpc is not None:
+            self._grpc.stop(grace=None)
+            self._grpc = None
