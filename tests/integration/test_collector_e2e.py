@@ -35,7 +35,6 @@ from collector.config import load_config
 from collector.export.results_store import ResultsStore
 from tests.support.net import free_port, wait_for_port
 from tests.support.otlp_sink import OtlpSink
-from tests.support.otlp_sink import attributes as otlp_attributes
 from tests.support.scripted_openai import Reply, ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
@@ -172,9 +171,10 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
     from collector.app import CollectorApp
 
     sink = OtlpSink()  # the downstream trace backend receiving the evaluation events
+    sink_port = sink.start_http()
     cfg = load_config(overrides=base_config(tmp_path, judge={"model": "local"},
                                             scoring={"metrics": ["faithfulness", "answer_relevancy"]},
-                                            export={"otlp_events": {"endpoint": sink.url}}), environ={})
+                                            export={"otlp_events": {"endpoint": f"http://127.0.0.1:{sink_port}"}}), environ={})
     app = CollectorApp(cfg)
     await app.start()
     roots = {}
@@ -205,18 +205,18 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
         assert sample(text, "ragtrace_queue_depth") == 0
         assert sample(text, "ragtrace_judge_latency_seconds_count", judge="local") > 0
         # every score also went downstream as a gen_ai.evaluation.result event under the scored request
-        await wait_until(lambda: len(sink.spans()) >= scored, 15, "evaluation events downstream")
+        await wait_until(lambda: sink.span_count() >= scored, 15, "evaluation events downstream")
         for span in sink.spans():
-            tid = span.trace_id.hex()
-            assert tid in roots and span.parent_span_id.hex() == roots[tid]
-            (event,) = span.events
-            assert event.name == "gen_ai.evaluation.result"
-            attrs = otlp_attributes(event.attributes)
+            tid = span["trace_id"]
+            assert tid in roots and span["parent_span_id"] == roots[tid]
+            (event,) = span["events"]
+            assert event["name"] == "gen_ai.evaluation.result"
+            attrs = event["attributes"]
             assert attrs["gen_ai.evaluation.name"] in ("faithfulness", "answer_relevancy")
             assert 0.0 <= attrs["gen_ai.evaluation.score.value"] <= 1.0
     finally:
         await app.stop(drain_timeout=5)
-        sink.close()
+        sink.stop()
 
 
 # --- 2. kill -9 with queued records, restart, exactly once ----------------------------------------

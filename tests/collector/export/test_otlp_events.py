@@ -9,7 +9,6 @@ from collector.export.otlp_events import EvaluationEvents, explanation, make_exp
 from collector.record import RagRecord
 from collector.scoring.result import MetricResult
 from tests.support.otlp_sink import OtlpSink
-from tests.support.otlp_sink import attributes as _attrs
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT = "b7ad6b7169203331"
@@ -17,12 +16,15 @@ ROOT = "b7ad6b7169203331"
 
 @pytest.fixture
 def sink():
-    with OtlpSink() as s:
-        yield s
+    s = OtlpSink()
+    yield s
+    s.stop()
 
 
-def test_event_over_real_otlp_http_parented_to_root_span(sink):
-    events = EvaluationEvents(sink.url)
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_event_over_real_otlp_parented_to_root_span(sink, protocol):
+    port = sink.start_http() if protocol == "http/protobuf" else sink.start_grpc()
+    events = EvaluationEvents(f"http://127.0.0.1:{port}", protocol=protocol)
     record = RagRecord(trace_id=TRACE, pipeline="qa", metadata={"root_span_id": ROOT})
     results = [
         MetricResult("faithfulness", "scored", 0.5, label="fail", details={"unsupported": ["Paris is in Spain"]}),
@@ -31,20 +33,19 @@ def test_event_over_real_otlp_http_parented_to_root_span(sink):
     assert events.emit(record, results, "local") == 1
     events.flush()
     events.shutdown()
-    assert sink.got.wait(5)
-    assert sink.paths == ["/v1/traces"]
-    (span,) = sink.spans()
-    assert span.trace_id.hex() == TRACE and span.parent_span_id.hex() == ROOT
-    (event,) = span.events
-    assert event.name == "gen_ai.evaluation.result"
-    assert _attrs(event.attributes) == {
+    (span,) = sink.wait_for_spans(1, timeout=5)
+    assert span["trace_id"] == TRACE and span["parent_span_id"] == ROOT
+    assert span["name"] == "gen_ai.evaluation faithfulness"
+    (event,) = span["events"]
+    assert event["name"] == "gen_ai.evaluation.result"
+    assert event["attributes"] == {
         "gen_ai.evaluation.name": "faithfulness",
         "gen_ai.evaluation.score.value": 0.5,
         "gen_ai.evaluation.score.label": "fail",
         "gen_ai.evaluation.explanation": "Unsupported claims: Paris is in Spain",
     }
-    resource = _attrs(sink.requests[0].resource_spans[0].resource.attributes)
-    assert resource["service.name"] == "ragtrace-collector"
+    assert span["resource"]["service.name"] == "ragtrace-collector"
+    assert span["attributes"]["ragtrace.pipeline.name"] == "qa"
 
 
 def test_without_root_span_the_event_is_still_in_the_scored_trace():
