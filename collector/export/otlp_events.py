@@ -170,7 +170,7 @@ class EvaluationEvents:
         if why:
             attrs[A.GEN_AI_EVALUATION_EXPLANATION] = why
         if result.status == "error":
-            attrs["error.type"] = "judge_error"
+            attrs[A.ERROR_TYPE] = "judge_error"
         span_attrs = {
             A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_EVALUATOR,
             A.GEN_AI_EVALUATION_NAME: result.metric,
