@@ -4,6 +4,11 @@ Names (Grafana dashboards and alert rules are written against these):
 
 * ``ragtrace_eval_score{metric,pipeline,judge}`` — histogram of scores, ``trace_id`` exemplars,
   buckets every 0.05 on ``[0, 1]`` so each alert threshold (0.5, 0.7, 0.8, 0.9...) is a bucket edge.
+* ``ragtrace_eval_weight_total{metric,pipeline,judge}`` and
+  ``ragtrace_eval_weighted_score_total{metric,pipeline,judge}`` — sums of each scored record's
+  sampling weight (1 / its sampling probability) and of weight × score, so
+  ``rate(weighted_score) / rate(weight)`` is the traffic-weighted mean score, unbiased when
+  pipelines or always-sample rules sample at different rates.
 * ``ragtrace_evaluations_total{metric,outcome}`` — outcome ``scored`` | ``skipped`` | ``error``.
 * ``ragtrace_judge_calls_total{judge}``, ``ragtrace_judge_tokens_total{judge,kind}`` (kind
   ``prompt`` | ``completion``), ``ragtrace_judge_cost_usd_total{judge}``,
@@ -64,6 +69,18 @@ class EvalMetrics:
             buckets=SCORE_BUCKETS,
             registry=registry,
         )
+        self.eval_weight = Counter(
+            "ragtrace_eval_weight",
+            "Sum of the sampling weights (1 / sampling probability) of scored records.",
+            ["metric", "pipeline", "judge"],
+            registry=registry,
+        )
+        self.eval_weighted_score = Counter(
+            "ragtrace_eval_weighted_score",
+            "Sum of sampling weight x score of scored records (divide by ragtrace_eval_weight_total).",
+            ["metric", "pipeline", "judge"],
+            registry=registry,
+        )
         self.evaluations = Counter(
             "ragtrace_evaluations",
             "Metric evaluations of sampled records, by outcome (scored, skipped, error).",
@@ -122,6 +139,10 @@ class EvalMetrics:
             if result.status == "scored" and result.score is not None:
                 exemplar = {"trace_id": record.trace_id} if record.trace_id else None
                 self.eval_score.labels(result.metric, pipeline, judge).observe(result.score, exemplar=exemplar)
+                weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
+                self.eval_weight.labels(result.metric, pipeline, judge).inc(weight)
+                if result.score > 0:  # counters only go up; a score of 0 adds nothing anyway
+                    self.eval_weighted_score.labels(result.metric, pipeline, judge).inc(weight * result.score)
             self.observe_usage(judge, result)
             if result.status == "error" and not result.retryable:
                 self.judge_errors.labels(judge, "failed").inc()

@@ -78,3 +78,17 @@ def test_queue_gauges_read_at_scrape_time(tmp_path):
     assert registry.get_sample_value("ragtrace_queue_depth") == 2
     assert registry.get_sample_value("ragtrace_queue_dropped_total") == 1
     assert registry.get_sample_value("ragtrace_queue_oldest_age_seconds") >= 0
+
+
+def test_sampling_weights_give_an_unbiased_mean():
+    """Pipeline a sampled at 100% scores 1.0, pipeline b at 10% (weight 10) scores 0.0: per request
+    served, the mean is (1*1 + 10*0) / 11, not the naive 0.5."""
+    registry = CollectorRegistry()
+    m = EvalMetrics(registry)
+    m.observe_results(RagRecord(trace_id=TRACE, pipeline="p"), [MetricResult("faithfulness", "scored", 1.0)], "local")
+    m.observe_results(RagRecord(trace_id=TRACE, pipeline="p", sampling_weight=10.0),
+                      [MetricResult("faithfulness", "scored", 0.0)], "local")
+    labels = {"metric": "faithfulness", "pipeline": "p", "judge": "local"}
+    weight = registry.get_sample_value("ragtrace_eval_weight_total", labels)
+    weighted = registry.get_sample_value("ragtrace_eval_weighted_score_total", labels)
+    assert weight == 11 and weighted / weight == pytest.approx(1 / 11)
