@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from functools import lru_cache
-
-from rapidfuzz.distance import Levenshtein as _Lev
-from rouge_score import rouge_scorer
-from sacrebleu.metrics import BLEU
+from typing import Any
 
 from collector.scoring.metrics.base import Metric, Outcome, ScoringContext
 
+# sacrebleu and rouge-score load lazily: importing the engine should not pay for them.
+
 
 @lru_cache(maxsize=1)
-def _bleu() -> BLEU:
+def _bleu() -> Any:
+    from sacrebleu.metrics import BLEU
+
     return BLEU(effective_order=True)
 
 
 @lru_cache(maxsize=1)
-def _rouge() -> rouge_scorer.RougeScorer:
+def _rouge() -> Any:
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
 
 
@@ -52,5 +55,7 @@ class Levenshtein(Metric):
     requires = ("response", "reference")
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
+        from rapidfuzz.distance import Levenshtein as _Lev
+
         a, b = ctx.record.response or "", ctx.record.reference or ""
         return Outcome(_Lev.normalized_similarity(a, b), {"distance": _Lev.distance(a, b)})

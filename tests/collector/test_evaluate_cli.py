@@ -1,0 +1,123 @@
+"""``ragtrace-collector evaluate``: real CLI, real LLM judge through litellm to the scripted server."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from collector.cli import main
+from tests.support.scripted_openai import ScriptedOpenAI
+
+
+def answer(body: dict):
+    prompt = body["messages"][1]["content"]
+    task = re.search(r"^TASK: (\w+)", prompt, re.M).group(1)
+    if task == "extract_claims":
+        return {"claims": [{"claim": "Claim one.", "relevant": "yes"}, {"claim": "Claim two.", "relevant": "no"}]}
+    if task == "verify_claims":
+        return {"verdicts": [{"id": 1, "verdict": "yes"}, {"id": 2, "verdict": "no"}]}
+    if task == "chunk_relevance":
+        n = len(re.findall(r'<context id="\d+">', prompt))
+        return {"verdicts": [{"id": i, "useful": i == 1} for i in range(1, n + 1)]}
+    return {}
+
+
+def row(i: int, **extra) -> str:
+    data = {"id": f"r{i}", "user_input": f"Question {i}?", "retrieved_contexts": [f"Context {i}.", "Other."],
+            "response": f"Answer {i}. More {i}."}
+    data.update(extra)
+    return json.dumps(data)
+
+
+@pytest.fixture
+def server():
+    with ScriptedOpenAI(responder=answer) as s:
+        yield s
+
+
+def run_cli(server, data: Path, out: Path, *extra: str) -> int:
+    return main(["evaluate", str(data), "--judge", "openai/scripted", "--judge-base-url", server.base_url,
+                 "--judge-api-key", "k", "--timeout", "2", "--max-retries", "0", "--no-progress",
+                 "--out", str(out), *extra])
+
+
+def read(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text("\n".join([row(1), "{not json", json.dumps({"id": "bad", "retrieved_contexts": 5}),
+                               json.dumps([1, 2]), row(2, reference="Answer 2.")]) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "faithfulness,hallucination,answer_relevancy,context_precision,bleu") == 0
+    lines = {e["id"]: e for e in read(out)}
+    assert set(lines) == {"r1", "line-2", "bad", "line-4", "r2"}
+    assert "invalid JSON" in lines["line-2"]["error"]
+    assert "invalid row" in lines["bad"]["error"]
+    assert "JSON object" in lines["line-4"]["error"]
+    good = lines["r1"]
+    assert good["scores"] == {"faithfulness": 0.5, "hallucination": 0.5, "answer_relevancy": 0.5,
+                              "context_precision": 1.0, "bleu": None}
+    assert good["results"]["bleu"]["status"] == "skipped" and "reference" in good["results"]["bleu"]["reason"]
+    assert good["results"]["faithfulness"]["details"]["claims"][1]["verdict"] == "no"
+    assert good["usage"]["calls"] == 3 and good["usage"]["prompt_tokens"] > 0
+    assert lines["r2"]["scores"]["bleu"] is not None
+    printed = capsys.readouterr().out
+    assert "faithfulness" in printed and "0.5000" in printed and "unreadable: 3" in printed
+
+
+def test_an_interrupted_run_resumes_without_redoing_rows(server, tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("\n".join(row(i) for i in range(1, 6)) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--limit", "2") == 0
+    assert [e["id"] for e in read(out)] == ["r1", "r2"] or sorted(e["id"] for e in read(out)) == ["r1", "r2"]
+    first_calls = len(server.chat_requests())
+    # a torn last line, as left by a kill mid-write
+    with out.open("a") as fh:
+        fh.write('{"id": "r3", "scores": {"faith')
+    assert run_cli(server, data, out) == 0
+    ids = [e["id"] for e in read(out)]
+    assert sorted(ids) == ["r1", "r2", "r3", "r4", "r5"]  # each once, the torn line gone
+    assert len(server.chat_requests()) - first_calls == 3 * 3
+    assert run_cli(server, data, out) == 0
+    assert len(server.chat_requests()) - first_calls == 3 * 3  # nothing redone
+
+
+def test_rows_that_failed_on_judge_availability_are_redone(server, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n")
+    out = tmp_path / "out.jsonl"
+    server.responder = lambda body: 503
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    [entry] = read(out)
+    assert entry["retry"] is True and entry["scores"]["faithfulness"] is None
+    assert entry["results"]["faithfulness"]["retryable"] is True
+    server.responder = answer
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    entries = read(out)
+    assert len(entries) == 2 and entries[-1]["scores"]["faithfulness"] == 0.5
+    assert "errors" in capsys.readouterr().out
+
+
+def test_unknown_metric_and_missing_file_fail_fast(server, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n")
+    assert run_cli(server, data, tmp_path / "o.jsonl", "--metrics", "faithfulness,wisdom") == 2
+    assert "wisdom" in capsys.readouterr().err
+    assert run_cli(server, tmp_path / "absent.jsonl", tmp_path / "o.jsonl") == 2
+    assert not server.requests
+
+
+def test_legacy_ragas_column_names_are_accepted(server, tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "old", "question": "Q?", "contexts": ["C."], "answer": "A. B.",
+                                "ground_truth": "A."}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "faithfulness,levenshtein") == 0
+    [entry] = read(out)
+    assert entry["scores"]["faithfulness"] == 0.5 and entry["scores"]["levenshtein"] is not None
