@@ -18,8 +18,8 @@ Names (Grafana dashboards and alert rules are written against these):
 * ``ragtrace_records_scored_total{pipeline}`` — records whose results were recorded;
   ``ragtrace_records_released_total{reason}`` — records handed back to the queue (``judge_unavailable``,
   ``shutdown``).
-* ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``
-  — read from the queue at scrape time (:func:`watch_queue`).
+* ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
+  ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
 Labels come from bounded sets only: metric names from config, pipelines, judge names.
 """
@@ -189,6 +189,7 @@ class QueueCollector(Collector):
         yield GaugeMetricFamily("ragtrace_queue_depth", "Records waiting in the scoring queue (leased or not).")
         yield GaugeMetricFamily("ragtrace_queue_oldest_age_seconds", "Age of the oldest queued record.")
         yield CounterMetricFamily("ragtrace_queue_dropped", "Records refused because the queue was full.")
+        yield CounterMetricFamily("ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.")
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -207,6 +208,11 @@ class QueueCollector(Collector):
         if dropped is not None:
             yield CounterMetricFamily(
                 "ragtrace_queue_dropped", "Records refused because the queue was full.", value=dropped
+            )
+        corrupt = getattr(self.queue, "corrupt", None)
+        if corrupt is not None:
+            yield CounterMetricFamily(
+                "ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.", value=int(corrupt)
             )
 
 

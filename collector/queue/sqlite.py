@@ -21,6 +21,7 @@ Semantics (see :class:`collector.queue.base.RecordQueue`):
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -30,6 +31,8 @@ from pathlib import Path
 
 from collector.queue.base import Leased, RecordQueue
 from collector.record import RagRecord
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -69,6 +72,7 @@ class SQLiteQueue(RecordQueue):
         self.path = str(path)
         self.max_depth = int(max_depth)
         self.dropped = 0
+        self.corrupt = 0  # unreadable rows dropped at lease time
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -117,14 +121,17 @@ class SQLiteQueue(RecordQueue):
             ).fetchall()
         out = []
         for row_id, payload, attempts, enqueued_at in sorted(rows):
-            out.append(
-                Leased(
-                    receipt=f"{row_id}:{token}",
-                    record=RagRecord.model_validate_json(payload),
-                    attempts=attempts,
-                    enqueued_at=enqueued_at,
-                )
-            )
+            try:
+                record = RagRecord.model_validate_json(payload)
+            except ValueError as exc:
+                # An unreadable row would come back forever and block nothing but itself; drop it
+                # once, loudly, and count it.
+                log.error("dropping unreadable queued record (row %s): %s", row_id, exc)
+                with self._lock:
+                    self._db.execute("DELETE FROM records WHERE id = ?", (row_id,))
+                    self.corrupt += 1
+                continue
+            out.append(Leased(receipt=f"{row_id}:{token}", record=record, attempts=attempts, enqueued_at=enqueued_at))
         return out
 
     def ack(self, receipt: str) -> None:

@@ -77,6 +77,7 @@ def test_queue_gauges_read_at_scrape_time(tmp_path):
         q.put(RagRecord(trace_id=f"{i:032x}"))
     assert registry.get_sample_value("ragtrace_queue_depth") == 2
     assert registry.get_sample_value("ragtrace_queue_dropped_total") == 1
+    assert registry.get_sample_value("ragtrace_queue_corrupt_total") == 0
     assert registry.get_sample_value("ragtrace_queue_oldest_age_seconds") >= 0
 
 

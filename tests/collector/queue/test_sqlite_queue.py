@@ -151,3 +151,18 @@ def test_bad_receipt_is_a_clear_error(tmp_path):
     q = SQLiteQueue(tmp_path / "q.sqlite")
     with pytest.raises(ValueError, match="receipt"):
         q.ack("nonsense")
+
+
+def test_unreadable_row_is_dropped_and_counted_not_redelivered_forever(tmp_path):
+    import sqlite3
+
+    q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
+    q.put(rec(1))
+    raw = sqlite3.connect(tmp_path / "q.sqlite")
+    raw.execute("INSERT INTO records (record_key, payload, enqueued_at, visible_at) VALUES ('k', '{not json', 0, 0)")
+    raw.commit()
+    raw.close()
+    q.put(rec(2))
+    assert q.depth() == 3
+    assert [l.record.user_input for l in q.lease(10, 30)] == ["q1", "q2"]
+    assert q.corrupt == 1 and q.depth() == 2
