@@ -147,6 +147,7 @@ class ScoringWorker:
         self.backoff = _Backoff(backoff_initial, backoff_max)
         self.on_usage: Callable[[JudgeUsage], None] | None = None  # e.g. the sampler's token budget
         self._inflight: dict[asyncio.Task[None], Leased] = {}
+        self._commits: set[asyncio.Future[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
@@ -194,7 +195,9 @@ class ScoringWorker:
         if leftover:
             await asyncio.gather(*leftover, return_exceptions=True)
             for item in leftover.values():
-                await self._release(item, 0.0, "shutdown")
+                await self._release(item, 0.0, "shutdown")  # a no-op for one its commit acks
+        if self._commits:
+            await asyncio.wait(list(self._commits), timeout=10.0)
         if self._running is not None and self._running is not asyncio.current_task():
             try:
                 await asyncio.wait_for(self._running, timeout=max(1.0, self.poll_interval * 5))
@@ -257,6 +260,16 @@ class ScoringWorker:
             log.exception("scoring record %s failed %d times, recording errors", record.key, item.attempts)
             results = [MetricResult(m, "error", reason=f"{type(exc).__name__}: {exc}") for m in todo]
 
+        # Recording is not cancellable: once results are being stored, shutdown waits for the
+        # store, the metrics and the ack to happen together (a cancelled store-then-publish
+        # would leave stored rows that never reached the metrics).
+        commit = asyncio.ensure_future(self._commit(item, results))
+        self._commits.add(commit)
+        commit.add_done_callback(self._commits.discard)
+        await asyncio.shield(commit)
+
+    async def _commit(self, item: Leased, results: list[MetricResult]) -> None:
+        record = item.record
         waiting = [r for r in results if r.status == "error" and r.retryable]
         final = [r for r in results if not (r.status == "error" and r.retryable)]
         if final:
