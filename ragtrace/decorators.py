@@ -276,12 +276,12 @@ class _Spec:
     def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
         span = state.span
         if span.is_recording():
-            span.set_attributes(self.stream_output_attributes(state))
+            span.set_attributes(self.stream_output_attributes(state, error is not None))
         if error is not None:
             _record_error(span, error)
         span.end(end_time=state.end_time_ns())
 
-    def stream_output_attributes(self, state: StreamState) -> dict:
+    def stream_output_attributes(self, state: StreamState, failed: bool = False) -> dict:
         s = SETTINGS
         capture = state.capture  # type: ignore[attr-defined]
         w = AttrWriter(s, capture, {})
@@ -301,7 +301,7 @@ class _Spec:
                 w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
             if info.usage is not None:
                 out_tokens = info.usage.output_tokens
-        w.attrs.update(state.stream_attributes(out_tokens))
+        w.attrs.update(state.stream_attributes(out_tokens, failed))
         return w.finish()
 
 

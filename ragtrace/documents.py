@@ -36,30 +36,37 @@ def _num(v: Any) -> float | None:
 
 
 def _from_dict(d: dict) -> Doc:
-    content = None
-    for k in _CONTENT_KEYS:
-        v = d.get(k)
-        if v is not None:
-            content = v if isinstance(v, str) else str(v)
-            break
+    # Fast path first: the common keys, then the alternatives.
+    content = d.get("content")
+    if content is None:
+        for k in _CONTENT_KEYS:
+            content = d.get(k)
+            if content is not None:
+                break
+    if content is not None and type(content) is not str:
+        content = str(content)
     meta = d.get("metadata")
-    if not isinstance(meta, dict):
+    if meta is not None and type(meta) is not dict and not isinstance(meta, dict):
         meta = None
-    did = None
-    for k in _ID_KEYS:
-        v = d.get(k)
-        if v is not None:
-            did = str(v)
-            break
-    if did is None and meta:
-        v = meta.get("id") or meta.get("doc_id") or meta.get("source")
-        did = str(v) if v is not None else None
-    score = None
-    for k in _SCORE_KEYS:
-        if k in d:
-            score = _num(d[k])
-            break
-    return Doc(did, content if content is not None else "", score, meta)
+    did = d.get("id")
+    if did is None:
+        for k in _ID_KEYS:
+            did = d.get(k)
+            if did is not None:
+                break
+        if did is None and meta:
+            did = meta.get("id") or meta.get("doc_id") or meta.get("source")
+    if did is not None and type(did) is not str:
+        did = str(did)
+    score = d.get("score")
+    if score is None:
+        for k in _SCORE_KEYS:
+            score = d.get(k)
+            if score is not None:
+                break
+    if score is not None and type(score) is not float:
+        score = _num(score)
+    return Doc(did, content if content is not None else "", score, meta or None)
 
 
 def _meta_of(obj: Any) -> dict | None:

@@ -35,8 +35,12 @@ def doc_keys(prefix: str, n: int) -> list[tuple[str, str, str, str]]:
     return keys
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":")).encode
+
+
 def _json(v: Any) -> str:
-    return json.dumps(v, ensure_ascii=False, default=str, separators=(",", ":"))
+    """Compact JSON (one prebuilt C-accelerated encoder: cheaper than ``json.dumps`` per call)."""
+    return _ENCODE(v)
 
 
 class AttrWriter:

@@ -4,10 +4,14 @@ stream is exhausted, closed, or garbage-collected, and then records how it went.
 Timing (all from ``time.perf_counter``):
 
 * **TTFT** (``gen_ai.response.time_to_first_chunk``): first chunk time − call time.
-* **TPOT** (``ragtrace.response.time_per_output_token``): ``(last_chunk_time − first_chunk_time)
+* **TPOT** (``ragtrace.response.time_per_output_token``): ``(end_time − first_chunk_time)
   / (output_tokens − 1)`` when the stream reported token usage (``basis="tokens"``), else
-  the same interval divided by ``(chunk_count − 1)`` (``basis="chunks"``). Not recorded for
-  a stream of fewer than two tokens/chunks.
+  the same interval divided by ``(chunk_count − 1)`` (``basis="chunks"``). ``end_time`` is
+  when the stream reported its end (exhaustion): the arrival of the last chunk plus the
+  consumer's handling of it. Reading the clock only at the first chunk and at the end keeps
+  the per-chunk cost to a list append. Recorded only for streams that completed (not for
+  abandoned or failed ones, whose last interval is not a token interval) with at least two
+  tokens/chunks. Like any pull-based measure it includes the consumer's time between chunks.
 
 Context: a traced *generator function's* body runs, step by step, inside a private copy of
 the caller's context in which the span is current (``contextvars.Context.run``), so spans
@@ -86,13 +90,13 @@ class StreamState:
             return None
         return self.start_ns + int((last - self.t_start) * 1e9)
 
-    def stream_attributes(self, output_tokens: int | None) -> dict:
+    def stream_attributes(self, output_tokens: int | None, failed: bool = False) -> dict:
         """TTFT, TPOT (see module docstring), chunk count, abandonment."""
         n = len(self.chunks)
         attrs: dict[str, Any] = {A.GEN_AI_REQUEST_STREAM: True, A.RAGTRACE_CHUNK_COUNT: n}
         if self.t_first is not None:
             attrs[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(0.0, self.t_first - self.t_start)
-            if self.t_last is not None:
+            if self.t_last is not None and not self.abandoned and not failed:
                 span_s = max(0.0, self.t_last - self.t_first)
                 if output_tokens is not None and output_tokens > 1:
                     attrs[A.RAGTRACE_TIME_PER_OUTPUT_TOKEN] = span_s / (output_tokens - 1)
@@ -109,67 +113,59 @@ def traced_generator(gen: Iterator, state: StreamState, run: Callable[..., Any])
     """Re-yield ``gen``'s items, running each step via ``run`` (a ``Context.run``).
 
     Forwards ``send``/``throw``/``close`` and the generator's return value. Per chunk it
-    costs one ``Context.run``, one ``perf_counter`` and one list append.
+    costs one generator resume, one ``Context.run`` and one list append; the clock is read
+    only at the first chunk and at the end (see the module docstring for TPOT).
     """
     nxt = gen.__next__
-    chunks = state.chunks
-    app = chunks.append
-    pc = perf_counter
-    last = None
+    app = state.chunks.append
     error: BaseException | None = None
-    action = 0
-    payload: Any = None
+    end: float | None = None
     try:
         try:
             c = run(nxt)
         except StopIteration as stop:
+            end = perf_counter()
             return stop.value
-        state.t_first = last = pc()
+        state.t_first = perf_counter()
         app(c)
         while True:
             try:
                 sent = yield c
             except GeneratorExit:
-                if state.t_first is not None:
-                    state.abandoned = True
+                state.abandoned = True
+                end = perf_counter()
                 run(gen.close)
                 raise
             except BaseException as thrown:  # gen.throw() from the consumer: forward it
-                action, payload = 2, thrown
+                try:
+                    c = run(gen.throw, thrown)
+                except StopIteration as stop:
+                    end = perf_counter()
+                    return stop.value
             else:
-                if sent is None:
-                    action = 0
-                else:
-                    action, payload = 1, sent
-            try:
-                if action == 0:
-                    c = run(nxt)
-                elif action == 1:
-                    c = run(gen.send, payload)
-                else:
-                    c = run(gen.throw, payload)
-            except StopIteration as stop:
-                return stop.value
-            last = pc()
+                try:
+                    c = run(nxt) if sent is None else run(gen.send, sent)
+                except StopIteration as stop:
+                    end = perf_counter()
+                    return stop.value
             app(c)
     except GeneratorExit:
         raise
     except BaseException as exc:
         error = exc
+        end = perf_counter()
         raise
     finally:
-        state.t_last = last
+        state.t_last = end
         state.finish(error)
 
 
 async def traced_async_generator(agen: AsyncIterator, state: StreamState) -> AsyncIterator:
     """Async counterpart of :func:`traced_generator`; the span is attached around each step."""
     ctx = state.otel_ctx
-    chunks = state.chunks
-    app = chunks.append
-    pc = perf_counter
-    last = None
+    app = state.chunks.append
     error: BaseException | None = None
+    end: float | None = None
     action = 0
     payload: Any = None
     first = True
@@ -184,18 +180,19 @@ async def traced_async_generator(agen: AsyncIterator, state: StreamState) -> Asy
                 else:
                     c = await agen.athrow(payload)  # type: ignore[attr-defined]
             except StopAsyncIteration:
+                end = perf_counter()
                 return
             finally:
                 detach(token)
-            last = pc()
             if first:
-                state.t_first = last
+                state.t_first = perf_counter()
                 first = False
             app(c)
             try:
                 sent = yield c
             except GeneratorExit:
                 state.abandoned = True
+                end = perf_counter()
                 aclose = getattr(agen, "aclose", None)
                 if aclose is not None:
                     token = attach(ctx)
@@ -215,9 +212,10 @@ async def traced_async_generator(agen: AsyncIterator, state: StreamState) -> Asy
         raise
     except BaseException as exc:
         error = exc
+        end = perf_counter()
         raise
     finally:
-        state.t_last = last
+        state.t_last = end
         state.finish(error)
 
 
@@ -247,15 +245,15 @@ class StreamProxy(wrapt.ObjectProxy):
         try:
             c = next(it)
         except StopIteration:
+            st.t_last = perf_counter()
             st.finish(None)
             raise
         except BaseException as exc:
+            st.t_last = perf_counter()
             st.finish(exc)
             raise
-        now = perf_counter()
         if st.t_first is None:
-            st.t_first = now
-        st.t_last = now
+            st.t_first = perf_counter()
         st.chunks.append(c)
         return c
 
@@ -272,15 +270,15 @@ class StreamProxy(wrapt.ObjectProxy):
         try:
             c = await it.__anext__()
         except StopAsyncIteration:
+            st.t_last = perf_counter()
             st.finish(None)
             raise
         except BaseException as exc:
+            st.t_last = perf_counter()
             st.finish(exc)
             raise
-        now = perf_counter()
         if st.t_first is None:
-            st.t_first = now
-        st.t_last = now
+            st.t_first = perf_counter()
         st.chunks.append(c)
         return c
 
@@ -289,6 +287,7 @@ class StreamProxy(wrapt.ObjectProxy):
         st = self._self_state
         if not st.ended:
             st.abandoned = True
+            st.t_last = perf_counter()
             st.finish(None)
 
     def close(self) -> Any:

@@ -145,9 +145,11 @@ def chunk_text(chunk: Any) -> str | None:
 def read_chunks(chunks: list) -> ResponseInfo:
     """Joined text plus model, id, usage and finish reasons found anywhere in a list of chunks."""
     info = ResponseInfo()
-    if chunks and all(type(c) is str for c in chunks):
+    try:  # the common case, all str: one C-level join, no per-chunk Python work
         info.text = "".join(chunks)
         return info
+    except TypeError:
+        pass
     parts = []
     for c in chunks:
         t = chunk_text(c)

@@ -79,6 +79,8 @@ def test_abandoned_by_break_ends_span_and_leaks_no_context(spans):
     a = spans.attrs("slow_tokens")
     assert a[A.RAGTRACE_STREAM_ABANDONED] is True
     assert a[A.RAGTRACE_CHUNK_COUNT] == 2 and a[A.OUTPUT_VALUE] == "t0 t1 "
+    assert A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK in a
+    assert A.RAGTRACE_TIME_PER_OUTPUT_TOKEN not in a  # only completed streams get a TPOT
     assert trace.get_current_span() is outer
 
 
