@@ -315,3 +315,32 @@ def test_make_judge_local_is_the_embedded_judge():
     local = pytest.importorskip("collector.scoring.judges.local")
     judge = make_judge("local")
     assert isinstance(judge, local.LocalJudge)
+
+
+async def test_questions_variant_generates_once_and_embeds_remotely(server):
+    def respond(body):
+        if task_of(body) == P.TASK_QUESTIONS:
+            return {"questions": [{"question": "Where and when was Einstein born?", "noncommittal": False}] * 3}
+        return {}
+
+    server.responder = respond
+    judge = judge_for(server, embedding_model="openai/scripted-embedder")
+    [res] = await evaluate_record(RECORD, ["answer_relevancy"], judge,
+                                  ScoringOptions(answer_relevancy_variant="questions"))
+    assert res.status == "scored" and res.score == pytest.approx(1.0)  # identical questions: cosine 1
+    assert len(server.chat_requests()) == 1 and len(server.embedding_requests()) == 1
+
+
+async def test_without_an_embedding_model_the_local_embedder_serves(server):
+    pytest.importorskip("collector.scoring.embeddings")
+    judge = judge_for(server)
+    record = RagRecord(user_input="Where was Einstein born?", response="Einstein was born in Germany.",
+                       reference="Albert Einstein was born in Ulm, Germany.")
+    try:
+        [res] = await evaluate_record(record, ["answer_similarity"], judge)
+    finally:
+        await judge.aclose()
+    if res.status == "skipped":
+        pytest.skip(f"local embedder unavailable here: {res.reason}")
+    assert res.status == "scored" and res.score > 0.5
+    assert not server.requests  # no call left the process
