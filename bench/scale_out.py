@@ -287,16 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"scale-out: {METRIC} (2 judge calls/record), judge +{args.delay * 1000:.0f} ms/call, "
               f"concurrency {args.concurrency}/worker, {os.cpu_count()} CPUs, redis-server {srv.url}")
-        rows = [throughput(srv, workdir, judge_url, int(n), args.records, args.concurrency) for n in args.workers.split(",")]
+        counts = [int(n) for n in args.workers.split(",") if n.strip()]
+        rows = [throughput(srv, workdir, judge_url, n, args.records, args.concurrency) for n in counts]
         base = rows[0]["rate"] / rows[0]["workers"] if rows else 1.0
         ideal = args.concurrency / (2 * args.delay)
-        print(f"\n{'workers':>7} {'records':>8} {'seconds':>8} {'records/s':>10} {'speed-up':>9} {'judge calls':>12} {'per worker':>16}")
-        for row in rows:
-            print(f"{row['workers']:>7} {row['records']:>8} {row['seconds']:>8.2f} {row['rate']:>10.2f} "
-                  f"{row['rate'] / base:>8.2f}x {int(row['calls']):>12} {'/'.join(str(int(x)) for x in row['per_worker']):>16}")
-        print(f"(one worker's latency-bound ceiling: {ideal:.1f} records/s; per-worker counts include the warm-up; "
-              f"scored exactly once: evaluations == records in every row: "
-              f"{all(int(r_['evaluations']) == r_['records'] for r_ in rows)})")
+        if rows:
+            print(f"\n{'workers':>7} {'records':>8} {'seconds':>8} {'records/s':>10} {'speed-up':>9} {'judge calls':>12} {'per worker':>16}")
+            for row in rows:  # speed-up relative to the first row's per-worker rate
+                print(f"{row['workers']:>7} {row['records']:>8} {row['seconds']:>8.2f} {row['rate']:>10.2f} "
+                      f"{row['rate'] / base:>8.2f}x {int(row['calls']):>12} {'/'.join(str(int(x)) for x in row['per_worker']):>16}")
+            print(f"(one worker's latency-bound ceiling: {ideal:.1f} records/s; per-worker counts include the warm-up; "
+                  f"scored exactly once: evaluations == records in every row: "
+                  f"{all(int(r_['evaluations']) == r_['records'] for r_ in rows)})")
 
         if not args.skip_budget:
             print(f"\nbudget (2 receivers + 3 workers, OTLP/HTTP from the OTel exporter):")

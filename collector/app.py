@@ -126,10 +126,12 @@ class CollectorApp:
             self.worker = build_worker(cfg, self.registry, self.queue)
             # Judge usage inside the worker's task adds up here (contextvars are copied into the task),
             # which feeds the judge-token budget.
-            if not cfg.runs_receiver:
-                # A worker-only process has no sampler: report judge tokens straight to the (shared) budget.
-                worker_budget = budget_from_config(cfg.sampling, cfg.queue.url)
-                self.worker.on_usage = lambda usage: worker_budget.add_judge_tokens(usage.total_tokens)
+            budget = self.sampler.budget if self.sampler is not None else budget_from_config(cfg.sampling, cfg.queue.url)
+            if not cfg.runs_receiver or hasattr(budget, "pending"):
+                # Worker-only processes have no sampler, and the shared (Redis) budget wants one report per
+                # scored record (it counts admitted records not yet reported): feed it from the worker.
+                self.worker.on_usage = lambda usage, b=budget: b.add_judge_tokens(usage.total_tokens)
+                self._budget_fed_by_worker = True
             with usage_scope() as usage:
                 self._judge_usage = usage
                 self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
@@ -211,7 +213,7 @@ class CollectorApp:
 
     def _feed_budget(self) -> None:
         usage = self._judge_usage
-        if usage is None or self.sampler is None:
+        if usage is None or self.sampler is None or getattr(self, "_budget_fed_by_worker", False):
             return
         total = usage.total_tokens
         if total > self._judge_tokens_seen:

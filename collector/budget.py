@@ -7,10 +7,12 @@ workers report what the judge spent with ``add_judge_tokens``.
 
 * **Records per minute**: a sliding 60 s window (sorted set of admission times, Redis clock), so in
   *any* 60 seconds at most ``records_per_minute`` records are admitted cluster-wide.
-* **Judge tokens per hour**: tokens added to per-minute buckets (a hash, Redis clock); while the
-  last 60 buckets sum to the limit or more, records are refused with ``budget_tokens``. Tokens of
-  records already admitted and being scored can still land, so the hour may overshoot by at most
-  what the in-flight records cost.
+* **Judge tokens per hour**: tokens added to per-minute buckets (a hash, Redis clock). Tokens are
+  only known after scoring, while admission happens before it, so admitted records not yet
+  reported are *pending* (a sorted set; entries older than ``pending_seconds`` are forgotten) and
+  count at the running average cost of a record (initially ``initial_tokens_per_record``). A record
+  is refused with ``budget_tokens`` when spent + pending × average reaches the limit; the hour can
+  only overshoot by how far the actual cost of the pending records exceeds the average.
 
 Both checks and the admission are one Lua script, so concurrent receivers cannot overshoot.
 If Redis is unreachable, ``acquire`` falls back to a per-process :class:`LocalBudget` holding
@@ -31,12 +33,14 @@ from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Budget, LocalBudge
 
 log = logging.getLogger(__name__)
 
-# KEYS: records zset, tokens hash. ARGV: records_per_minute (-1 = none), tokens_per_hour (-1 = none), member
+# KEYS: records zset, tokens hash, pending zset, average key.
+# ARGV: records_per_minute (-1 = none), tokens_per_hour (-1 = none), member, pending_seconds, initial average
 # Returns 0 admitted, 1 refused for records, 2 refused for tokens.
 _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local tph = tonumber(ARGV[2])
+local rpm = tonumber(ARGV[1])
 if tph >= 0 then
   local minute = math.floor(now / 60)
   local h = redis.call('HGETALL', KEYS[2])
@@ -48,24 +52,37 @@ if tph >= 0 then
       sum = sum + tonumber(h[i + 1])
     end
   end
-  if sum >= tph then return 2 end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]))
+  local avg = tonumber(redis.call('GET', KEYS[4]) or ARGV[5])
+  if sum + redis.call('ZCARD', KEYS[3]) * avg >= tph then return 2 end
 end
-local rpm = tonumber(ARGV[1])
 if rpm >= 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60)
   if redis.call('ZCARD', KEYS[1]) >= rpm then return 1 end
   redis.call('ZADD', KEYS[1], now, ARGV[3])
   redis.call('EXPIRE', KEYS[1], 120)
 end
+if tph >= 0 then
+  redis.call('ZADD', KEYS[3], now, ARGV[3])
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[4]) + 60)
+end
 return 0
 """
 
-# KEYS: tokens hash. ARGV: tokens
+# KEYS: tokens hash, pending zset, average key. ARGV: tokens, records they were spent on
 _ADD_TOKENS = """
 local t = redis.call('TIME')
 local minute = math.floor(tonumber(t[1]) / 60)
-redis.call('HINCRBY', KEYS[1], minute, tonumber(ARGV[1]))
+local tokens, records = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('HINCRBY', KEYS[1], minute, tokens)
 redis.call('EXPIRE', KEYS[1], 3720)
+if records > 0 then
+  redis.call('ZPOPMIN', KEYS[2], records)
+  local per = tokens / records
+  local avg = tonumber(redis.call('GET', KEYS[3]) or '-1')
+  if avg < 0 then avg = per else avg = 0.8 * avg + 0.2 * per end
+  redis.call('SET', KEYS[3], tostring(avg), 'EX', 7200)
+end
 return 0
 """
 
@@ -96,6 +113,8 @@ class RedisBudget(Budget):
         prefix: str | None = None,
         expected_processes: int = 1,
         retry_interval: float = 1.0,
+        initial_tokens_per_record: float = 1000.0,
+        pending_seconds: float = 300.0,
     ) -> None:
         _, opts = _split_url(url)
         self.prefix = prefix or opts.get("prefix", "ragtrace")
@@ -103,6 +122,10 @@ class RedisBudget(Budget):
         self.judge_tokens_per_hour = judge_tokens_per_hour
         self.records_key = f"{self.prefix}:budget:records"
         self.tokens_key = f"{self.prefix}:budget:tokens"
+        self.pending_key = f"{self.prefix}:budget:pending"
+        self.average_key = f"{self.prefix}:budget:tokens_per_record"
+        self.initial_tokens_per_record = float(initial_tokens_per_record)
+        self.pending_seconds = float(pending_seconds)
         self._r = connect(url)
         self._acquire = self._r.register_script(_ACQUIRE)
         self._add_tokens = self._r.register_script(_ADD_TOKENS)
@@ -137,15 +160,19 @@ class RedisBudget(Budget):
             return None
         if time.monotonic() >= self._down_until:
             try:
-                code = self._acquire(keys=[self.records_key, self.tokens_key],
-                                     args=[*self._limits(), uuid.uuid4().hex])
+                code = self._acquire(
+                    keys=[self.records_key, self.tokens_key, self.pending_key, self.average_key],
+                    args=[*self._limits(), uuid.uuid4().hex, self.pending_seconds, self.initial_tokens_per_record],
+                )
                 return None if int(code) == 0 else (BUDGET_RECORDS if int(code) == 1 else BUDGET_TOKENS)
             except UNAVAILABLE as exc:
                 self._down(exc)
         self.fallback_decisions += 1
         return self.fallback.acquire()
 
-    def add_judge_tokens(self, tokens: int) -> None:
+    def add_judge_tokens(self, tokens: int, records: int = 1) -> None:
+        """Tokens the judge spent on ``records`` admitted records (a worker reports each record once;
+        callers that can only report totals pass ``records=0`` and pending admissions then age out)."""
         tokens = int(tokens)
         if tokens <= 0:
             return
@@ -153,9 +180,13 @@ class RedisBudget(Budget):
         if self.judge_tokens_per_hour is None or time.monotonic() < self._down_until:
             return
         try:
-            self._add_tokens(keys=[self.tokens_key], args=[tokens])
+            self._add_tokens(keys=[self.tokens_key, self.pending_key, self.average_key], args=[tokens, int(records)])
         except UNAVAILABLE as exc:
             self._down(exc)
+
+    def pending(self) -> int:
+        """Admitted records whose judge tokens have not been reported yet."""
+        return int(self._r.zcard(self.pending_key))
 
     def usage(self) -> tuple[int, int]:
         """(records admitted in the last 60 s, judge tokens in the last hour), cluster-wide."""

@@ -111,3 +111,22 @@ def test_sampler_with_shared_budget_counts_budget_drops(server):
     decisions = [samplers[i % 2].decide(RagRecord(trace_id=f"{i:032x}")) for i in range(8)]
     assert [d.sampled for d in decisions].count(True) == 3
     assert {d.reason for d in decisions if not d.sampled} == {BUDGET_RECORDS}
+
+
+def test_admitted_but_unscored_records_count_against_the_token_budget(server):
+    """Tokens arrive only after scoring; records admitted meanwhile count at the average cost."""
+    u = url(server)
+    receivers = [RedisBudget(u, judge_tokens_per_hour=3000, initial_tokens_per_record=1000) for _ in range(2)]
+    worker = RedisBudget(u, judge_tokens_per_hour=3000)
+    got = [receivers[i % 2].acquire() for i in range(6)]
+    assert got == [None, None, None, BUDGET_TOKENS, BUDGET_TOKENS, BUDGET_TOKENS]  # 3 × 1000 pending
+    assert worker.pending() == 3
+    worker.add_judge_tokens(500)  # one record scored: it cost 500, so the average is now 500
+    assert worker.pending() == 2 and worker.usage() == (0, 500)
+    # 500 spent + 2 pending × 500 = 1500: room for 3 more at 500 each.
+    got = [receivers[i % 2].acquire() for i in range(5)]
+    assert got.count(None) == 3 and worker.pending() == 5
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw.zadd(worker.pending_key, {"stale": float(raw.time()[0]) - 1000})  # a record lost long ago
+    receivers[0].acquire()
+    assert worker.pending() == 5  # forgotten after pending_seconds, not counted forever
