@@ -508,7 +508,7 @@ def run(args: argparse.Namespace) -> int:
                 children.append(prometheus)
                 prometheus.wait_ready()
                 urls["Prometheus"] = f"{prometheus.url}  (alerts: {prometheus.url}/alerts)"
-        urls["worst records"] = (f"ragtrace-collector results --metric faithfulness --below 0.7 "
+        urls["worst records (while running)"] = (f"ragtrace-collector results --metric faithfulness --below 0.7 "
                                  f"--store {collector.results_path}")
 
         import ragtrace

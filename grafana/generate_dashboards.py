@@ -335,9 +335,14 @@ def quality_dashboard() -> dict:
         [
             target(mean_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
             target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
+            target(f"sum by (pipeline) (rate(ragtrace_eval_weighted_score_total{{{msel}}}[$window]))\n  /\n"
+                   f"sum by (pipeline) (rate(ragtrace_eval_weight_total{{{msel}}}[$window]))",
+                   "traffic-weighted {{pipeline}}", "C"),
         ],
         description="rate(_sum)/rate(_count) of ragtrace_eval_score: the mean score of the records scored "
-                    "in the window. Bars: records scored in the window (n).",
+                    "in the window. Traffic-weighted: each record weighted by 1 / its sampling probability "
+                    "(differs when always-sample rules over-represent some records). Bars: records scored "
+                    "in the window (n).",
         minimum=0, overrides=sample_size_override("B"),
     ), 12, 9))
     panels.append(lay.place(heatmap(

@@ -50,7 +50,7 @@ TEST_WINDOWS = {
     "interval: 1m": "interval: 1s",
     ">= 100": ">= 30",
 }
-HEALTHY_SECONDS = 30
+HEALTHY_SECONDS = 20
 ALERT_TIMEOUT = 60
 RATE = 5.0
 # Grafana's variables for the test: short windows to match the test's rule windows.

@@ -1,0 +1,90 @@
+"""``ragtrace-collector demo`` as a user runs it, without a terminal (as in CI): it starts the collector
+and a Prometheus, the example's traffic gets scored, faithfulness drops once the faults go on, and
+SIGTERM stops it cleanly with every child process gone."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+STATUS = re.compile(
+    r"\]\s+(healthy|DEGRADED)\s+sent=(\d+) failed=(\d+) scored=(\d+) faithfulness healthy=(\S+) \(n=(\d+)\) "
+    r"degraded=(\S+) \(n=(\d+)\)"
+)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for our purposes once reaped or defunct.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
+    argv = [sys.executable, "-m", "collector.cli", "demo", "--rate", "4", "--degrade-after", "10",
+            "--data-dir", str(tmp_path / "demo")]
+    if shutil.which("prometheus") is None:
+        argv.append("--no-prometheus")
+    proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+    lines: list[str] = []
+    last = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            m = STATUS.search(line)
+            if m:
+                last = m
+                if m.group(1) == "DEGRADED" and int(m.group(8)) >= 10:
+                    break
+        assert last is not None and last.group(1) == "DEGRADED", "\n".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        lines.extend(rest.splitlines())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "\n".join(lines)
+    assert proc.returncode == 0, out
+    assert re.search(r"/metrics: http://127\.0\.0\.1:\d+/metrics", out), out
+    healthy, degraded = float(last.group(5)), float(last.group(7))
+    assert int(last.group(4)) > 20 and int(last.group(3)) == 0, out
+    assert healthy > 0.8 and degraded < healthy - 0.2, out
+    stopped = re.findall(r"stopped (\w+) \(pid (\d+), exit (-?\d+)\)", out)
+    names = {name for name, _, _ in stopped}
+    assert "collector" in names, out
+    if shutil.which("prometheus"):
+        assert "prometheus" in names and re.search(r"Prometheus: http://127\.0\.0\.1:\d+", out), out
+    for name, pid, code in stopped:
+        assert code == "0", f"{name} exited {code}"
+        assert not pid_alive(int(pid)), f"{name} (pid {pid}) still running"
+    # the collector drained and kept its results
+    assert (tmp_path / "demo" / "collector" / "results.sqlite").exists()
