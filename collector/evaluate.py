@@ -131,7 +131,7 @@ def _result_entry(res: Any) -> dict[str, Any]:
 
 
 async def _score_rows(args: argparse.Namespace, metrics: list[str], judge: Any, options: Any,
-                      rows: list[tuple[int, str]], done: dict[str, dict[str, Any]], out_fh: Any, progress: Any,
+                      rows: Iterator[tuple[int, str]], done: dict[str, dict[str, Any]], out_fh: Any, progress: Any,
                       task_id: Any) -> dict[str, int]:
     from collector.scoring.engine import evaluate_record
     from collector.scoring.judge import JudgeUsage
@@ -186,7 +186,17 @@ async def _score_rows(args: argparse.Namespace, metrics: list[str], judge: Any, 
         finally:
             progress.advance(task_id)
 
-    await asyncio.gather(*(one(n, line) for n, line in rows))
+    # A bounded window of rows in flight: the file is streamed, never held whole in memory.
+    window = max(1, args.concurrency) * 4
+    pending: set[asyncio.Task[None]] = set()
+    for n, line in rows:
+        if len(pending) >= window:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                task.result()  # surface write failures (disk full...) instead of losing them
+        pending.add(asyncio.ensure_future(one(n, line)))
+    if pending:
+        await asyncio.gather(*pending)
     return counts
 
 
@@ -292,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = load_done(args.out)
-    rows = list(_iter_rows(args.data, args.limit))
+    total = sum(1 for _ in _iter_rows(args.data, args.limit))
 
     async def main() -> dict[str, int]:
         try:
@@ -300,8 +310,9 @@ def run(args: argparse.Namespace) -> int:
                 TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                 console=err, disable=args.no_progress,
             ) as progress:
-                task_id = progress.add_task("rows", total=len(rows))
-                return await _score_rows(args, metrics, judge, options, rows, done, out_fh, progress, task_id)
+                task_id = progress.add_task("rows", total=total)
+                return await _score_rows(args, metrics, judge, options, _iter_rows(args.data, args.limit), done,
+                                         out_fh, progress, task_id)
         finally:
             await judge.aclose()
 
