@@ -258,7 +258,13 @@ class Traffic:
 
     def __init__(self, rate: float, degrade_after: float | None = None, threads: int = 4,
                  keep: int = 200) -> None:
-        from examples.rag_app import QUESTIONS, RagApp
+        try:
+            from examples.rag_app import QUESTIONS, RagApp
+        except ImportError:  # run from outside the checkout: the example lives beside the package
+            if not (REPO_ROOT / "examples" / "rag_app").is_dir():
+                raise
+            sys.path.insert(0, str(REPO_ROOT))
+            from examples.rag_app import QUESTIONS, RagApp
 
         self.app = RagApp()
         self.questions = QUESTIONS

@@ -125,3 +125,22 @@ def test_prometheus_config_is_valid():
     result = promtool("check", "config", str(PROM_DIR / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ragtrace.rules.yml" in result.stdout + result.stderr  # the rules are picked up
+
+
+@needs_promtool
+def test_shortened_rule_windows_stay_valid(tmp_path):
+    """The demo's and the integration test's rule windows come from the shipped file by substitution."""
+    from collector.demo import DEMO_WINDOWS, scaled_rules
+    from tests.integration.test_prometheus_dashboards import TEST_WINDOWS
+
+    assert scaled_rules("[7d] [15m] [10m]", DEMO_WINDOWS) == "[15m] [2m] [2m]"  # one pass, no chaining
+    shipped = (PROM_DIR / "rules" / "ragtrace.rules.yml").read_text()
+    for name, mapping in (("demo", DEMO_WINDOWS), ("test", TEST_WINDOWS)):
+        text = scaled_rules(shipped, mapping)
+        for key in mapping:
+            if key not in mapping.values():  # e.g. the demo maps 7d to 15m, itself a shipped window
+                assert key not in text, f"{name}: {key} left in the rules"
+        path = tmp_path / f"{name}.yml"
+        path.write_text(text)
+        result = promtool("check", "rules", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
