@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import ragtrace
 from collector.config import load_config
 from collector.export.results_store import ResultsStore
-from tests.support.net import free_port, wait_for_port
+from tests.support.net import free_port
 from tests.support.otlp_sink import OtlpSink
 from tests.support.scripted_openai import Reply, ScriptedOpenAI
 
