@@ -344,3 +344,24 @@ async def test_without_an_embedding_model_the_local_embedder_serves(server):
         pytest.skip(f"local embedder unavailable here: {res.reason}")
     assert res.status == "scored" and res.score > 0.5
     assert not server.requests  # no call left the process
+
+
+async def test_cost_is_priced_from_litellm_and_zero_when_unknown(server):
+    import litellm
+
+    unknown = await faithfulness(judge_for(server))
+    assert unknown.usage.cost_usd == 0.0 and unknown.usage.prompt_tokens > 0
+    server.clear()
+    priced = LLMJudge("openai/gpt-4o-mini", base_url=server.base_url, api_key="k", timeout=2, backoff=0.01)
+    res = await faithfulness(priced)
+    price = litellm.model_cost["gpt-4o-mini"]
+    expected = (res.usage.prompt_tokens * price["input_cost_per_token"]
+                + res.usage.completion_tokens * price["output_cost_per_token"])
+    assert res.usage.cost_usd == pytest.approx(expected, rel=1e-6) and expected > 0
+
+
+async def test_a_connection_dropped_mid_request_is_retried(server):
+    server.push(Reply(drop=True))
+    res = await faithfulness(judge_for(server))
+    assert res.status == "scored" and res.score == pytest.approx(0.5)
+    assert res.usage.errors == 1 and res.usage.calls == 2
