@@ -12,7 +12,8 @@ Flow for one leased record:
    the record is released back to the queue with a delay, and the whole worker backs off
    (exponentially, reset by the next success) instead of hammering a judge that is down.
 
-A record whose scoring raises something unexpected is released and retried; after
+While a record is being scored its lease is renewed (queues offering ``extend``), so a slow
+judge does not get it redelivered mid-scoring. A record whose scoring raises something unexpected is released and retried; after
 ``max_attempts`` deliveries its metrics are recorded as errors so a poison record cannot block
 the queue forever. ``stop(drain_timeout)`` stops leasing, lets in-flight records finish within the
 timeout and releases the rest at once, so nothing leased is lost on shutdown (and a kill -9 just
@@ -243,6 +244,7 @@ class ScoringWorker:
         if not todo:
             await asyncio.to_thread(self.queue.ack, item.receipt)
             return
+        heartbeat = self._heartbeat(item) if hasattr(self.queue, "extend") else None
         try:
             results = list(await self.evaluate(record, todo, self.judge, self.options))
         except JudgeError as exc:
@@ -259,6 +261,9 @@ class ScoringWorker:
                 return
             log.exception("scoring record %s failed %d times, recording errors", record.key, item.attempts)
             results = [MetricResult(m, "error", reason=f"{type(exc).__name__}: {exc}") for m in todo]
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
 
         # Recording is not cancellable: once results are being stored, shutdown waits for the
         # store, the metrics and the ack to happen together (a cancelled store-then-publish
@@ -280,6 +285,22 @@ class ScoringWorker:
             return
         self.backoff.succeeded()
         await asyncio.to_thread(self.queue.ack, item.receipt)
+
+    def _heartbeat(self, item: Leased) -> asyncio.Task[None]:
+        """Renew the lease every third of its length while the judge works, so a slow judge does
+        not get the record redelivered (and paid for twice) mid-scoring."""
+
+        async def beat() -> None:
+            interval = max(0.05, self.lease_seconds / 3)
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    if not await asyncio.to_thread(self.queue.extend, item.receipt, self.lease_seconds):
+                        return  # lease lost: the results store still keeps the counting exact
+                except Exception as exc:
+                    log.warning("renewing the lease of %s failed: %s", item.record.key, exc)
+
+        return asyncio.create_task(beat())
 
     def _already_scored(self, key: str, wanted: Sequence[str]) -> set[str]:
         done = self.store.metrics_done(key)

@@ -14,6 +14,7 @@ Semantics (see :class:`collector.queue.base.RecordQueue`):
 * **Leases expire.** Leasing stamps each row with a fresh token and hides it until
   ``now + lease_seconds``; a worker killed before acking simply lets the lease lapse and the
   row becomes visible again (also to the next process that opens the file after a restart).
+* ``extend`` (beyond the base interface) renews a lease while its record is still being scored.
 * ``ack`` deletes by row id (whoever holds the lease: the result is recorded either way);
   ``release`` only acts when the receipt's token still holds the lease, so a stale release
   cannot cut short another worker's lease.
@@ -146,6 +147,17 @@ class SQLiteQueue(RecordQueue):
                 "UPDATE records SET lease_token = NULL, visible_at = ? WHERE id = ? AND lease_token = ?",
                 (time.time() + max(0.0, delay), row_id, token),
             )
+
+    def extend(self, receipt: str, lease_seconds: float) -> bool:
+        """Push this delivery's lease out to ``now + lease_seconds`` (a heartbeat while a slow judge
+        works); ``False`` when the lease was already lost (expired and taken, acked, released)."""
+        row_id, token = _parse_receipt(receipt)
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE records SET visible_at = ? WHERE id = ? AND lease_token = ?",
+                (time.time() + lease_seconds, row_id, token),
+            )
+        return cur.rowcount == 1
 
     # -- observation ------------------------------------------------------------------------
     def depth(self) -> int:

@@ -173,3 +173,24 @@ async def test_a_record_that_keeps_crashing_ends_as_errors(tmp_path):
     assert queue.depth() == 0
     assert count(registry, "bleu", "error") == 1
     assert registry.get_sample_value("ragtrace_records_released_total", {"reason": "error"}) == 1
+
+
+async def test_slow_scoring_keeps_its_lease(tmp_path):
+    """Scoring that outlasts the lease renews it: the record is not redelivered mid-scoring."""
+    cfg = config(tmp_path, lease_seconds=0.3, concurrency=2)
+    queue = SQLiteQueue(tmp_path / "q.sqlite")
+    queue.put(rec(0))
+    registry = CollectorRegistry()
+    worker = build_worker(cfg, registry, queue, judge=Judge())
+    worker.poll_interval = 0.05
+    calls = []
+    real = worker.evaluate
+
+    async def slow(record, metrics, judge, options):
+        calls.append(record.key)
+        await asyncio.sleep(1.0)  # > 3 leases
+        return await real(record, metrics, judge, options)
+
+    worker.evaluate = slow
+    await drain(worker, queue)
+    assert calls == [rec(0).key] and count(registry, "bleu") == 1

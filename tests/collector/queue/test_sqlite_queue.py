@@ -166,3 +166,17 @@ def test_unreadable_row_is_dropped_and_counted_not_redelivered_forever(tmp_path)
     assert q.depth() == 3
     assert [l.record.user_input for l in q.lease(10, 30)] == ["q1", "q2"]
     assert q.corrupt == 1 and q.depth() == 2
+
+
+def test_extend_keeps_a_lease_alive_and_fails_once_lost(tmp_path):
+    q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
+    q.put(rec(1))
+    (l,) = q.lease(1, lease_seconds=0.3)
+    time.sleep(0.2)
+    assert q.extend(l.receipt, 0.5)
+    time.sleep(0.2)
+    assert q.lease(1, 30) == []  # would have expired without the extension
+    time.sleep(0.4)
+    (taken,) = q.lease(1, 30)
+    assert q.extend(l.receipt, 30) is False  # the old delivery's lease is gone
+    assert q.extend(taken.receipt, 30) is True
