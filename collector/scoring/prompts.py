@@ -76,6 +76,14 @@ class _Lenient(BaseModel):
     model_config = {"extra": "ignore"}
 
 
+def _positional_ids(items: Any) -> Any:
+    """Items given in order without ``id`` get their 1-based position (models often drop ids)."""
+    if isinstance(items, list) and items and all(isinstance(x, dict) for x in items):
+        if all("id" not in x for x in items):
+            return [{**x, "id": i} for i, x in enumerate(items, 1)]
+    return items
+
+
 class ClaimItem(_Lenient):
     claim: str
     relevant: Literal["yes", "no", "idk"] = "yes"
@@ -109,6 +117,11 @@ class VerdictItem(_Lenient):
 class VerdictsReply(_Lenient):
     verdicts: list[VerdictItem]
 
+    @field_validator("verdicts", mode="before")
+    @classmethod
+    def fill_ids(cls, v: Any) -> Any:
+        return _positional_ids(v)
+
 
 class SupportItem(_Lenient):
     id: int
@@ -117,6 +130,11 @@ class SupportItem(_Lenient):
 
 class SupportReply(_Lenient):
     claims: list[SupportItem]
+
+    @field_validator("claims", mode="before")
+    @classmethod
+    def fill_ids(cls, v: Any) -> Any:
+        return _positional_ids(v)
 
 
 class QuestionItem(_Lenient):
@@ -141,6 +159,11 @@ class UsefulItem(_Lenient):
 
 class UsefulReply(_Lenient):
     verdicts: list[UsefulItem]
+
+    @field_validator("verdicts", mode="before")
+    @classmethod
+    def fill_ids(cls, v: Any) -> Any:
+        return _positional_ids(v)
 
 
 class SentencesReply(_Lenient):
