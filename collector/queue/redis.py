@@ -213,6 +213,8 @@ class RedisStreamQueue(RecordQueue):
         self._att_lock = threading.Lock()
         self._claim_cursor = "0-0"
         self._group_ready = False
+        self._next_reap = 0.0
+        self.reap_idle_ms = 3600 * 1000
 
     # ------------------------------------------------------------------ receiving side
     def put(self, record: RagRecord) -> bool:
@@ -306,7 +308,18 @@ class RedisStreamQueue(RecordQueue):
             self._ensure_group()
             return self._lease(n, lease_seconds)
 
+    def _reap_consumers(self) -> None:
+        """Forget consumers (past worker processes) that hold nothing and were idle for an hour."""
+        now = time.monotonic()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + 60.0
+        for c in self._r.xinfo_consumers(self.stream, self.group):
+            if c["name"] != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) > self.reap_idle_ms:
+                self._r.xgroup_delconsumer(self.stream, self.group, c["name"])
+
     def _lease(self, n: int, lease_seconds: float) -> list[Leased]:
+        self._reap_consumers()
         self._promote(keys=[self.stream, self.delayed], args=[max(n, 10)])
         out: list[Leased] = []
         # Entries idle on another consumer longer than the lease: that worker died or stalled.

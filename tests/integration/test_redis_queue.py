@@ -211,3 +211,16 @@ def test_metrics_registered_on_registry(server, prefix):
     q.put(rec(2))
     assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "stream_full"}) == 1
     assert reg.get_sample_value("ragtrace_queue_local_buffer_records") == 0
+
+
+def test_idle_consumers_without_pending_entries_are_forgotten(server, prefix):
+    gone = make(server, prefix, consumer="old-process")
+    gone.put(rec(1))
+    holding = make(server, prefix, consumer="holding-process")
+    (leased,) = holding.lease(1, 30)
+    gone.lease(1, 30)  # registers the consumer, gets nothing
+    q = make(server, prefix, consumer="new-process")
+    q.reap_idle_ms = 0
+    q.lease(1, 30)
+    names = {c["name"] for c in q._r.xinfo_consumers(q.stream, q.group)}
+    assert "old-process" not in names and "holding-process" in names  # the one holding an entry stays
