@@ -179,7 +179,6 @@ def sample_size_override(ref: str) -> list[dict]:
                 {"id": "custom.fillOpacity", "value": 30},
                 {"id": "unit", "value": "short"},
                 {"id": "min", "value": 0},
-                {"id": "max"},
                 {"id": "custom.axisLabel", "value": "records scored (n)"},
             ],
         }

@@ -113,8 +113,9 @@ def scenario(tmp_path_factory):
 
         import ragtrace
 
+        # Not the global provider: this pytest process hosts other tests too.
         handle = ragtrace.init(service_name="rag-demo", endpoint=collector.otlp_http_endpoint,
-                               protocol="http/protobuf", schedule_delay_ms=200)
+                               protocol="http/protobuf", schedule_delay_ms=200, set_global=False)
         start = time.time()
         traffic = Traffic(RATE, degrade_after=HEALTHY_SECONDS)
         traffic.start()
