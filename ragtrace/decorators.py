@@ -32,6 +32,7 @@ from .recording import (
     AttrWriter,
     _json,
     query_text,
+    set_span_attributes,
     write_contexts,
     write_documents,
     write_llm_response,
@@ -185,8 +186,11 @@ class _Spec:
         self.self_like = self_like
 
     # --- call start -----------------------------------------------------------------------
-    def start(self, instance: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
-        """Start the span with its input attributes; returns (span, otel context, capture)."""
+    def start(self, instance: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, AttrWriter]:
+        """Start the span and collect its input attributes; returns (span, otel context, writer).
+
+        Input attributes are kept in the writer and set on the span together with the
+        output ones when it ends: one pass through the SDK's attribute cleaning, not two."""
         s = SETTINGS
         capture = s.capture_content if self.capture is None else self.capture
         attrs = self.static.copy()
@@ -213,11 +217,11 @@ class _Spec:
                 k = self.top_k_ref.get(bound, args, kwargs)
                 if isinstance(k, int) and not isinstance(k, bool):
                     attrs[A.RERANKER_TOP_K] = k
-        span = s.tracer.start_span(self.name, kind=self.kind, attributes=w.finish())
+        span = s.tracer.start_span(self.name, kind=self.kind)
         ctx = set_span_in_context(span)
         if self.is_pipeline:
             ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
-        return span, ctx, capture
+        return span, ctx, w
 
     def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
                          q: Any, capture: bool, s: Any) -> None:
@@ -253,9 +257,10 @@ class _Spec:
                 write_contexts(w, c, s.max_documents)
 
     # --- call end ---------------------------------------------------------------------------
-    def output_attributes(self, result: Any, capture: bool) -> dict:
+    def output_attributes(self, result: Any, w: AttrWriter) -> dict:
+        """Add what the result says to the call's writer; returns all the span's attributes."""
         s = SETTINGS
-        w = AttrWriter(s, capture, {})
+        capture = w.capture
         role = self.role
         if role == A.ROLE_RETRIEVER:
             write_retrieval_output(w, result, s.max_documents)
@@ -276,15 +281,15 @@ class _Spec:
     def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
         span = state.span
         if span.is_recording():
-            span.set_attributes(self.stream_output_attributes(state, error is not None))
+            set_span_attributes(span, self.stream_output_attributes(state, error is not None))
         if error is not None:
             _record_error(span, error)
         span.end(end_time=state.end_time_ns())
 
     def stream_output_attributes(self, state: StreamState, failed: bool = False) -> dict:
         s = SETTINGS
-        capture = state.capture  # type: ignore[attr-defined]
-        w = AttrWriter(s, capture, {})
+        w: AttrWriter = state.writer  # type: ignore[attr-defined]
+        capture = w.capture
         role = self.role
         out_tokens = None
         if role in (A.ROLE_RETRIEVER, A.ROLE_RERANKER):
@@ -306,7 +311,7 @@ class _Spec:
 
 
 class _TracedStreamState(StreamState):
-    __slots__ = ("capture",)
+    __slots__ = ("writer",)
 
 
 def _record_error(span: Any, exc: BaseException) -> None:
@@ -319,7 +324,13 @@ def _record_error(span: Any, exc: BaseException) -> None:
         safety.report("record_error", e)
 
 
-def _fail(span: Any, exc: BaseException) -> None:
+def _fail(span: Any, exc: BaseException, w: AttrWriter | None = None) -> None:
+    if w is not None:
+        try:
+            if span.is_recording():
+                span.set_attributes(w.finish())
+        except Exception as e:
+            safety.report("record_inputs", e)
     _record_error(span, exc)
     try:
         span.end()
@@ -337,14 +348,14 @@ def _is_stream(result: Any) -> bool:
     return "Stream" in t.__name__ and (hasattr(t, "__iter__") or hasattr(t, "__aiter__"))
 
 
-def _new_state(spec: _Spec, span: Any, ctx: Any, capture: bool, t0: float | None = None) -> _TracedStreamState:
+def _new_state(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, t0: float | None = None) -> _TracedStreamState:
     st = _TracedStreamState(span, spec.stream_finished, ctx, t0)
-    st.capture = capture
+    st.writer = w
     return st
 
 
-def _wrap_stream(spec: _Spec, span: Any, ctx: Any, capture: bool, result: Any, t0: float) -> Any:
-    state = _new_state(spec, span, ctx, capture, t0)
+def _wrap_stream(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, result: Any, t0: float) -> Any:
+    state = _new_state(spec, span, ctx, w, t0)
     if isinstance(result, types.GeneratorType):
         run = new_private_context(ctx).run
         g = traced_generator(result, state, run)
@@ -357,13 +368,13 @@ def _wrap_stream(spec: _Spec, span: Any, ctx: Any, capture: bool, result: Any, t
     return StreamProxy(result, state)
 
 
-def _done(spec: _Spec, span: Any, ctx: Any, capture: bool, result: Any, t0: float) -> Any:
+def _done(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, result: Any, t0: float) -> Any:
     """Record the result and end the span, or hand the span to a stream wrapper."""
     try:
         if _is_stream(result):
-            return _wrap_stream(spec, span, ctx, capture, result, t0)
+            return _wrap_stream(spec, span, ctx, w, result, t0)
         if span.is_recording():
-            span.set_attributes(spec.output_attributes(result, capture))
+            set_span_attributes(span, spec.output_attributes(result, w))
         span.end()
     except Exception as exc:
         safety.report("finish", exc)
@@ -379,7 +390,7 @@ def _sync_factory(spec: _Spec) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
             t0 = perf_counter()
-            span, ctx, capture = spec.start(instance, args, kwargs)
+            span, ctx, w = spec.start(instance, args, kwargs)
             token = attach(ctx)
         except Exception as exc:
             safety.report("start", exc)
@@ -388,10 +399,10 @@ def _sync_factory(spec: _Spec) -> Callable[..., Any]:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
             detach(token)
-            _fail(span, exc)
+            _fail(span, exc, w)
             raise
         detach(token)
-        return _done(spec, span, ctx, capture, result, t0)
+        return _done(spec, span, ctx, w, result, t0)
 
     return wrapper
 
@@ -400,7 +411,7 @@ def _async_factory(spec: _Spec) -> Callable[..., Any]:
     async def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
             t0 = perf_counter()
-            span, ctx, capture = spec.start(instance, args, kwargs)
+            span, ctx, w = spec.start(instance, args, kwargs)
             token = attach(ctx)
         except Exception as exc:
             safety.report("start", exc)
@@ -409,10 +420,10 @@ def _async_factory(spec: _Spec) -> Callable[..., Any]:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             detach(token)
-            _fail(span, exc)
+            _fail(span, exc, w)
             raise
         detach(token)
-        return _done(spec, span, ctx, capture, result, t0)
+        return _done(spec, span, ctx, w, result, t0)
 
     return wrapper
 
@@ -421,20 +432,20 @@ def _generator_factory(spec: _Spec) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
             t0 = perf_counter()
-            span, ctx, capture = spec.start(instance, args, kwargs)
+            span, ctx, w = spec.start(instance, args, kwargs)
         except Exception as exc:
             safety.report("start", exc)
             return wrapped(*args, **kwargs)
         try:
             gen = wrapped(*args, **kwargs)
         except BaseException as exc:
-            _fail(span, exc)
+            _fail(span, exc, w)
             raise
         try:
-            return _wrap_stream(spec, span, ctx, capture, gen, t0)
+            return _wrap_stream(spec, span, ctx, w, gen, t0)
         except Exception as exc:
             safety.report("stream.wrap", exc)
-            _fail(span, exc)
+            _fail(span, exc, w)
             return gen
 
     return wrapper
@@ -556,7 +567,7 @@ def annotate(*, reference: str | None = None, session_id: str | None = None, use
         if user_id is not None:
             attrs[A.USER_ID] = str(user_id)
         if tags:
-            attrs[A.TAG_TAGS] = [str(t) for t in tags]
+            attrs[A.TAG_TAGS] = tuple(str(t) for t in tags)
         if metadata:
             w.text(A.METADATA, _json(metadata))
         if sample is not None:

@@ -10,10 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
+
 from . import attributes as A
 from . import safety
 from .documents import Doc, read_documents, texts_of
 from .usage import ResponseInfo, Usage
+
+_INF = float("inf")
+_NINF = float("-inf")
 
 # Precomputed attribute keys for the first documents (the hot path formats no strings).
 _DOC_KEYS_CACHE: dict[str, list[tuple[str, str, str, str]]] = {}
@@ -35,12 +40,35 @@ def doc_keys(prefix: str, n: int) -> list[tuple[str, str, str, str]]:
     return keys
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":")).encode
+try:  # one C encoder built once: json.dumps/JSONEncoder.encode build a new one on every call
+    from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - pure-Python json
+    _c_make_encoder = None
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":"))
+_C_ENCODE = (
+    _c_make_encoder(_C_MARKERS := {}, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    if _c_make_encoder is not None else None
+)
 
 
 def _json(v: Any) -> str:
-    """Compact JSON (one prebuilt C-accelerated encoder: cheaper than ``json.dumps`` per call)."""
-    return _ENCODE(v)
+    """Compact JSON, non-ASCII kept, unknown types as ``str()``."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(v, 0))
+        except ValueError:  # circular reference: the encoder's markers dict caught it
+            return _ENCODER.encode(str(v))
+        finally:
+            _C_MARKERS.clear()
+    return _ENCODER.encode(v)
+
+
+def _json_str(s: str) -> str:
+    """A JSON string literal; plain strings (the usual ids) skip the encoder."""
+    if s.isprintable() and '"' not in s and "\\" not in s:
+        return f'"{s}"'
+    return json.encoder.encode_basestring(s)
 
 
 class AttrWriter:
@@ -135,22 +163,28 @@ def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
     attrs = w.attrs
     capture = w.capture
     summary = []
+    text = w.text
     for i, d in enumerate(docs):
         k_id, k_content, k_score, k_meta = keys[i]
-        item: dict[str, Any] = {}
-        if d.id is not None:
-            attrs[k_id] = d.id
-            item["id"] = d.id
-        if d.score is not None:
-            attrs[k_score] = d.score
-            item["score"] = d.score
-        summary.append(item)
+        did, score = d.id, d.score
+        if did is not None:
+            attrs[k_id] = did
+            if score is not None and score == score and score not in (_INF, _NINF):
+                attrs[k_score] = score
+                summary.append(f'{{"id":{_json_str(did)},"score":{score!r}}}')
+            else:
+                summary.append(f'{{"id":{_json_str(did)}}}')
+        elif score is not None:
+            attrs[k_score] = score
+            summary.append(f'{{"score":{score!r}}}' if score == score and score not in (_INF, _NINF) else "{}")
+        else:
+            summary.append("{}")
         if capture:
             if d.content:
-                w.text(k_content, d.content)
+                text(k_content, d.content)
             if d.metadata:
-                w.text(k_meta, _json(d.metadata))
-    attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = _json(summary)
+                text(k_meta, _json(d.metadata))
+    attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = "[" + ",".join(summary) + "]"
     attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
     if total > len(docs):
         w.truncated = True
@@ -213,7 +247,7 @@ def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
     if info.response_id:
         attrs[A.GEN_AI_RESPONSE_ID] = info.response_id
     if info.finish_reasons:
-        attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = info.finish_reasons
+        attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(info.finish_reasons)
     write_usage(attrs, info.usage)
     if w.capture and info.text is not None:
         w.text(A.OUTPUT_VALUE, info.text)
@@ -222,3 +256,34 @@ def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
             [{"role": "assistant", "parts": [{"type": "text", "content": attrs.get(A.OUTPUT_VALUE, "")}],
               "finish_reason": info.finish_reasons[0] if info.finish_reasons else "stop"}]
         )
+
+
+def set_span_attributes(span: Any, attrs: dict) -> None:
+    """Set already-clean attributes on a span, skipping the SDK's second validation pass.
+
+    Every value here was produced by :class:`AttrWriter` and the helpers above (str, bool,
+    int, float, tuples of str), and cleaning them again costs as much as the rest of a
+    traced call. On the SDK's own span and ``BoundedAttributes`` with no value-length limit
+    and room for all of them, they are written straight into its table under both of its
+    locks. Any other case (another SDK, a length limit, a full table, an ended span) takes
+    the public ``set_attributes``.
+    """
+    table = getattr(span, "_attributes", None)
+    if (
+        type(table) is BoundedAttributes
+        and table.max_value_len is None
+        and not getattr(table, "_immutable", True)
+    ):
+        try:
+            span_lock = span._lock
+            inner = table._dict
+            table_lock = table._lock
+        except AttributeError:
+            span.set_attributes(attrs)
+            return
+        with span_lock:
+            if getattr(span, "_end_time", 1) is None and (table.maxlen is None or len(inner) + len(attrs) <= table.maxlen):
+                with table_lock:
+                    inner.update(attrs)
+                return
+    span.set_attributes(attrs)

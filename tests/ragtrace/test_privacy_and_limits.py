@@ -137,3 +137,26 @@ def test_untruncated_spans_are_not_marked(spans):
 
 def spans_provider(spans):
     return SETTINGS._handle.provider  # the provider the fixture initialised
+
+
+def test_sdk_span_limits_of_an_app_provider_still_apply():
+    """ragtrace's fast attribute path steps aside when the provider has its own limits."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.ragtrace.conftest import _reset_settings
+
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(span_limits=SpanLimits(max_attribute_length=10, max_span_attributes=12))
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        ragtrace.init(tracer_provider=tp, set_global=False)
+        retrieve("a rather long question")
+        (span,) = exporter.get_finished_spans()
+        a = dict(span.attributes)
+        assert len(a) <= 12
+        assert all(len(v) <= 10 for v in a.values() if isinstance(v, str))
+    finally:
+        _reset_settings()
+        tp.shutdown()
