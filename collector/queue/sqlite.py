@@ -13,7 +13,9 @@ Semantics (see :class:`collector.queue.base.RecordQueue`):
   ``?synchronous=full`` in the URL to fsync every commit and survive those too.
 * **Leases expire.** Leasing stamps each row with a fresh token and hides it until
   ``now + lease_seconds``; a worker killed before acking simply lets the lease lapse and the
-  row becomes visible again (also to the next process that opens the file after a restart).
+  row becomes visible again. Rows also record the leasing process (host, pid): a process
+  restarted after a kill -9 takes back the leases of dead processes of its host at its first
+  lease instead of waiting them out.
 * ``extend`` (beyond the base interface) renews a lease while its record is still being scored.
 * ``ack`` deletes by row id (whoever holds the lease: the result is recorded either way);
   ``release`` only acts when the receipt's token still holds the lease, so a stale release
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -43,6 +46,7 @@ CREATE TABLE IF NOT EXISTS records (
     enqueued_at REAL NOT NULL,
     visible_at  REAL NOT NULL,
     lease_token TEXT,
+    lease_owner TEXT,
     attempts    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS records_visible ON records (visible_at, id);
@@ -55,6 +59,7 @@ CREATE TRIGGER IF NOT EXISTS records_depth_down AFTER DELETE ON records
 """
 
 _SYNCHRONOUS = {"off", "normal", "full", "extra"}
+_PROCESS_NONCE = uuid.uuid4().hex[:12]  # tells this process from an earlier one with the same pid
 
 
 class SQLiteQueue(RecordQueue):
@@ -86,11 +91,20 @@ class SQLiteQueue(RecordQueue):
         with self._lock:
             try:
                 self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(records)")}
+                if "lease_owner" not in columns:  # a file from before lease owners were recorded
+                    self._db.execute("ALTER TABLE records ADD COLUMN lease_owner TEXT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
         self._closed = False
+        # Who holds a lease: host and pid, so a restarted process can take back at once the
+        # leases of a process on this host that died (kill -9) instead of waiting them out.
+        self._host = socket.gethostname()
+        self._owner = f"{self._host}:{os.getpid()}:{_PROCESS_NONCE}"
+        self._reclaimed_once = False
+        self.reclaimed = 0  # leases taken back from dead processes
 
     # -- producer side ----------------------------------------------------------------------
     def put(self, record: RagRecord) -> bool:
@@ -111,14 +125,17 @@ class SQLiteQueue(RecordQueue):
     def lease(self, n: int, lease_seconds: float) -> list[Leased]:
         if n <= 0:
             return []
+        if not self._reclaimed_once:
+            self._reclaimed_once = True
+            self.reclaim_dead_leases()
         now = time.time()
         token = uuid.uuid4().hex
         with self._lock:
             rows = self._db.execute(
-                "UPDATE records SET lease_token = ?, visible_at = ?, attempts = attempts + 1 "
+                "UPDATE records SET lease_token = ?, lease_owner = ?, visible_at = ?, attempts = attempts + 1 "
                 "WHERE id IN (SELECT id FROM records WHERE visible_at <= ? ORDER BY id LIMIT ?) "
                 "RETURNING id, payload, attempts, enqueued_at",
-                (token, now + lease_seconds, now, int(n)),
+                (token, self._owner, now + lease_seconds, now, int(n)),
             ).fetchall()
         out = []
         for row_id, payload, attempts, enqueued_at in sorted(rows):
@@ -134,6 +151,36 @@ class SQLiteQueue(RecordQueue):
                 continue
             out.append(Leased(receipt=f"{row_id}:{token}", record=record, attempts=attempts, enqueued_at=enqueued_at))
         return out
+
+    def reclaim_dead_leases(self) -> int:
+        """Make records leased by processes of this host that no longer exist visible now.
+
+        Called before this object's first lease (a restart after kill -9). Leases of live
+        processes, and of other hosts sharing the file, are left to expire normally."""
+        now = time.time()
+        with self._lock:
+            owners = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT DISTINCT lease_owner FROM records WHERE lease_token IS NOT NULL AND visible_at > ?",
+                    (now,),
+                )
+                if row[0]
+            ]
+        dead = [o for o in owners if o != self._owner and _dead_on_this_host(o, self._host)]
+        taken = 0
+        for owner in dead:
+            with self._lock:
+                cur = self._db.execute(
+                    "UPDATE records SET lease_token = NULL, lease_owner = NULL, visible_at = ? "
+                    "WHERE lease_owner = ? AND lease_token IS NOT NULL",
+                    (now, owner),
+                )
+            taken += cur.rowcount
+        if taken:
+            log.info("took back %d record(s) leased by dead process(es) %s", taken, ", ".join(dead))
+        self.reclaimed += taken
+        return taken
 
     def ack(self, receipt: str) -> None:
         row_id, _ = _parse_receipt(receipt)
@@ -178,6 +225,25 @@ class SQLiteQueue(RecordQueue):
 
     def __repr__(self) -> str:
         return f"SQLiteQueue({self.path!r}, max_depth={self.max_depth})"
+
+
+def _dead_on_this_host(owner: str, host: str) -> bool:
+    """Whether ``owner`` ("host:pid:nonce") names a process of this host that has exited."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        # Same pid: this very process (alive), or an earlier one that had our pid (a container
+        # restarted with the same pid 1), told apart by the per-process nonce.
+        return parts[2] != _PROCESS_NONCE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # exists, owned by someone else
+    return False
 
 
 def _parse_receipt(receipt: str) -> tuple[int, str]:

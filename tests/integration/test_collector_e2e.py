@@ -263,7 +263,9 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
             listen={"host": "127.0.0.1", "grpc_port": grpc_port, "http_port": http_port, "metrics_port": metrics_port},
             judge={"model": "openai/judge-model", "base_url": judge_server.base_url, "api_key": "test-key",
                    "max_retries": 0, "concurrency": 1, "timeout_seconds": 10},
-            scoring={"concurrency": 1, "lease_seconds": 2, "metrics": ["faithfulness"]},
+            # the default 120 s lease: the restarted process must take back the dead one's leases at
+            # once rather than wait them out (the wait below is shorter than the lease)
+            scoring={"concurrency": 1, "lease_seconds": 120, "metrics": ["faithfulness"]},
         )
         config_path = tmp_path / "collector.yaml"
         config_path.write_text(yaml.safe_dump(cfg))

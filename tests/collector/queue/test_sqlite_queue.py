@@ -85,7 +85,7 @@ def test_oldest_age(tmp_path):
 
 def test_committed_records_survive_kill_9_and_depth_is_rebuilt(tmp_path):
     """A child puts records, then leases one and is SIGKILLed: all records are there after reopening,
-    and the leased one comes back once its lease lapses."""
+    and the dead child's lease is taken back at once."""
     path = tmp_path / "q.sqlite"
     child = textwrap.dedent(
         f"""
@@ -95,7 +95,7 @@ def test_committed_records_survive_kill_9_and_depth_is_rebuilt(tmp_path):
         q = SQLiteQueue({str(path)!r}, max_depth=100)
         for i in range(20):
             assert q.put(RagRecord(trace_id=f"{{i:032x}}", user_input=str(i)))
-        q.lease(1, lease_seconds=0.5)
+        q.lease(1, lease_seconds=60)
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -103,10 +103,36 @@ def test_committed_records_survive_kill_9_and_depth_is_rebuilt(tmp_path):
     assert proc.returncode == -9
     q = SQLiteQueue(path, max_depth=100)
     assert q.depth() == 20
-    assert len(q.lease(100, 30)) == 19
-    time.sleep(0.6)
-    (back,) = q.lease(100, 30)
+    leased = q.lease(100, 30)
+    # the dead process's lease (60 s) was taken back at once: all 20 are delivered now
+    assert len(leased) == 20 and q.reclaimed == 1
+    back = leased[0]
     assert back.record.user_input == "0" and back.attempts == 2
+
+
+def test_leases_of_live_processes_are_not_taken_back(tmp_path):
+    path = tmp_path / "q.sqlite"
+    child = textwrap.dedent(
+        f"""
+        import sys, time
+        from collector.queue.sqlite import SQLiteQueue
+        from collector.record import RagRecord
+        q = SQLiteQueue({str(path)!r}, max_depth=100)
+        q.put(RagRecord(trace_id="a" * 32))
+        assert len(q.lease(1, lease_seconds=60)) == 1
+        print("leased", flush=True)
+        time.sleep(30)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], cwd=str(__import__("pathlib").Path(__file__).parents[3]),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "leased"
+        q = SQLiteQueue(path, max_depth=100)
+        assert q.lease(10, 30) == [] and q.reclaimed == 0
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_threads_never_exceed_capacity(tmp_path):
@@ -180,3 +206,16 @@ def test_extend_keeps_a_lease_alive_and_fails_once_lost(tmp_path):
     (taken,) = q.lease(1, 30)
     assert q.extend(l.receipt, 30) is False  # the old delivery's lease is gone
     assert q.extend(taken.receipt, 30) is True
+
+
+def test_a_previous_process_with_our_pid_counts_as_dead():
+    import os
+    import socket
+
+    from collector.queue import sqlite as mod
+
+    host = socket.gethostname()
+    assert mod._dead_on_this_host(f"{host}:{os.getpid()}:not-this-process", host)
+    assert not mod._dead_on_this_host(f"{host}:{os.getpid()}:{mod._PROCESS_NONCE}", host)
+    assert not mod._dead_on_this_host(f"other-host:{os.getpid()}:x", host)
+    assert not mod._dead_on_this_host("garbage", host)
