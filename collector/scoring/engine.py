@@ -40,6 +40,9 @@ async def evaluate_record(
             return MetricResult(metric=name, status="error", reason=f"unknown metric {name!r}; known: {', '.join(METRICS)}")
         return await metric.score(record, judge, ctx)
 
-    results = await asyncio.gather(*(one(n) for n in names))
+    try:
+        results = await asyncio.gather(*(one(n) for n in names))
+    finally:
+        ctx.cancel_pending()  # only does anything when we were cancelled mid-way
     by_name = dict(zip(names, results))
     return [by_name[n] for n in metrics]

@@ -76,6 +76,12 @@ class ScoringContext:
             self.shared_hits[name] = self.shared_hits.get(name, 0) + 1
         return await asyncio.shield(task)
 
+    def cancel_pending(self) -> None:
+        """Cancel shared decisions still running (the record's scoring was cancelled)."""
+        for task in self._memo.values():
+            if not task.done():
+                task.cancel()
+
     # shared decisions -----------------------------------------------------------------------
     @property
     def contexts(self) -> list[str]:

@@ -261,3 +261,26 @@ async def test_scores_are_finite_for_every_scored_metric():
         assert r.status in ("scored", "skipped", "error")
         if r.status == "scored":
             assert math.isfinite(r.score)
+
+
+async def test_cancelling_a_record_cancels_its_shared_decisions():
+    import asyncio
+
+    started = asyncio.Event()
+    finished = []
+
+    class Slow(CountingJudge):
+        async def extract_claims(self, question, response):
+            started.set()
+            await asyncio.sleep(5)
+            finished.append(True)
+            return []
+
+    task = asyncio.ensure_future(evaluate_record(FULL, ["faithfulness", "hallucination"], Slow()))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not pending and not finished
