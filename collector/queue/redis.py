@@ -91,6 +91,15 @@ return #due
 """
 
 
+# Extend: reset the entry's idle time (what XAUTOCLAIM measures) if this consumer still holds it.
+_EXTEND = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 or p[1][2] ~= ARGV[3] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+return 1
+"""
+
+
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
     """Separate our own query options (prefix, group, buffer) from what redis-py understands."""
     parts = urlsplit(url)
@@ -194,6 +203,7 @@ class RedisStreamQueue(RecordQueue):
         self._put = self._r.register_script(_PUT)
         self._release = self._r.register_script(_RELEASE)
         self._promote = self._r.register_script(_PROMOTE)
+        self._extend = self._r.register_script(_EXTEND)
 
         # Receiver-side fallback while Redis is unreachable.
         self.buffer_size = int(buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth)))
@@ -373,6 +383,12 @@ class RedisStreamQueue(RecordQueue):
         # As in the SQLite queue, the next delivery's attempt number follows this one's.
         self._release(keys=[self.stream, self.delayed],
                       args=[self.group, receipt, max(0.0, float(delay)), attempts, self.consumer])
+
+    def extend(self, receipt: str, lease_seconds: float) -> bool:
+        """Renew this delivery's lease (a heartbeat while a slow judge works): the entry's idle time
+        restarts, so no other worker reclaims it for another ``lease_seconds``. ``False`` when this
+        consumer no longer holds the entry (reclaimed by another worker, acked, released)."""
+        return bool(self._extend(keys=[self.stream], args=[self.group, receipt, self.consumer]))
 
     # ------------------------------------------------------------------ observation
     def depth(self) -> int:

@@ -224,3 +224,20 @@ def test_idle_consumers_without_pending_entries_are_forgotten(server, prefix):
     q.lease(1, 30)
     names = {c["name"] for c in q._r.xinfo_consumers(q.stream, q.group)}
     assert "old-process" not in names and "holding-process" in names  # the one holding an entry stays
+
+
+def test_extend_keeps_a_slow_workers_lease_and_fails_once_lost(server, prefix):
+    q = make(server, prefix)
+    q.put(rec(1))
+    slow = make(server, prefix, consumer="slow")
+    (leased,) = slow.lease(1, lease_seconds=0.4)
+    other = make(server, prefix, consumer="other")
+    for _ in range(3):  # 0.75 s in all, longer than the lease, renewed every 0.25 s
+        time.sleep(0.25)
+        assert slow.extend(leased.receipt, 0.4)
+        assert other.lease(1, lease_seconds=0.4) == []
+    time.sleep(0.5)  # heartbeat stops (worker died): the lease lapses
+    (taken,) = other.lease(1, lease_seconds=0.4)
+    assert taken.record.trace_id == leased.record.trace_id
+    assert slow.extend(leased.receipt, 0.4) is False  # lost: the old holder cannot take it back
+    assert other.lease(1, lease_seconds=30) == [] and slow.lease(1, lease_seconds=30) == []
