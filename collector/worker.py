@@ -36,7 +36,7 @@ from collector.export.eval_metrics import EvalMetrics, eval_metrics_for, watch_q
 from collector.export.results_store import ResultsStore
 from collector.queue.base import Leased, RecordQueue
 from collector.record import RagRecord
-from collector.scoring.judge import Judge, JudgeError, JudgeUsage
+from collector.scoring.judge import Judge, JudgeError, JudgeUnsupported, JudgeUsage
 from collector.scoring.result import MetricResult
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,14 @@ def _timed(method_name: str) -> Callable[..., Awaitable[Any]]:
     async def method(self: TimedJudge, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return await getattr(self._inner, method_name)(*args, **kwargs)
-        finally:
+            result = await getattr(self._inner, method_name)(*args, **kwargs)
+        except JudgeUnsupported:
+            raise  # not a decision: the judge declined without working
+        except JudgeError:
             self._histogram.observe(time.perf_counter() - start)
+            raise
+        self._histogram.observe(time.perf_counter() - start)
+        return result
 
     method.__name__ = method_name
     method.__doc__ = getattr(Judge, method_name).__doc__

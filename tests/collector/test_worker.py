@@ -194,3 +194,17 @@ async def test_slow_scoring_keeps_its_lease(tmp_path):
     worker.evaluate = slow
     await drain(worker, queue)
     assert calls == [rec(0).key] and count(registry, "bleu") == 1
+
+
+async def test_judge_latency_counts_decisions_not_declines(tmp_path):
+    """The base Judge declines every decision: faithfulness is skipped and no latency is observed;
+    lexical metrics need no decision at all."""
+    from collector.export.eval_metrics import eval_metrics_for
+    from collector.worker import TimedJudge
+
+    registry = CollectorRegistry()
+    timed = TimedJudge(Judge(), eval_metrics_for(registry))
+    results = await evaluate_record(rec(0, retrieved_contexts=["the answer is 0"]), ["faithfulness", "bleu"], timed)
+    assert [r.status for r in results] == ["skipped", "scored"]
+    assert registry.get_sample_value("ragtrace_judge_latency_seconds_count", {"judge": "judge"}) == 0
+    assert isinstance(timed, Judge) and timed.name == "judge"
