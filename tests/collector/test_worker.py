@@ -208,3 +208,34 @@ async def test_judge_latency_counts_decisions_not_declines(tmp_path):
     assert [r.status for r in results] == ["skipped", "scored"]
     assert registry.get_sample_value("ragtrace_judge_latency_seconds_count", {"judge": "judge"}) == 0
     assert isinstance(timed, Judge) and timed.name == "judge"
+
+
+async def test_judge_outage_keeps_what_scored_and_waits_for_the_rest(tmp_path):
+    """bleu needs no judge and is recorded at once; faithfulness meets a 503 from the LLM judge
+    (litellm against the scripted server): the record goes back to the queue, the worker backs off,
+    and the redelivery scores only faithfulness."""
+    from tests.support.scripted_openai import Reply, ScriptedOpenAI
+
+    def judge_reply(body):
+        return {"claims": [{"claim": "the answer is 0"}], "verdicts": [{"id": 1, "verdict": "yes"}]}
+
+    with ScriptedOpenAI(responder=judge_reply) as server:
+        server.push(Reply(status=503))
+        cfg = load_config(overrides={
+            "data_dir": str(tmp_path / "data"),
+            "judge": {"model": "openai/judge", "base_url": server.base_url, "api_key": "k", "max_retries": 0},
+            "scoring": {"metrics": ["faithfulness", "bleu"], "backoff_initial_seconds": 0.2},
+        }, environ={})
+        queue = SQLiteQueue(tmp_path / "q.sqlite")
+        queue.put(rec(0, retrieved_contexts=["the answer is 0"]))
+        registry = CollectorRegistry()
+        worker = build_worker(cfg, registry, queue)
+        worker.poll_interval = 0.05
+        await drain(worker, queue, timeout=20)
+    assert queue.depth() == 0
+    assert count(registry, "bleu") == 1 and count(registry, "faithfulness") == 1
+    assert count(registry, "faithfulness", "error") == 0
+    assert registry.get_sample_value("ragtrace_records_released_total", {"reason": "judge_unavailable"}) == 1
+    assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "openai/judge", "kind": "unavailable"}) == 1
+    rows = {r.metric: r for r in ResultsStore(cfg.results_path).get(rec(0).key)}
+    assert rows["faithfulness"].score == 1.0 and rows["bleu"].score == 1.0
