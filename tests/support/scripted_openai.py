@@ -22,6 +22,7 @@ reply, an ``int`` is an HTTP error status):
 * ``Reply(json=obj)`` — 200, the message content is ``json.dumps(obj)``.
 * ``Reply(content="not json {")`` — 200 with raw (possibly invalid) text.
 * ``Reply(status=429)`` / ``Reply(status=500)`` — an OpenAI-style error body with that status.
+* ``Reply(status=429, retry_after=0.5)`` — adds a ``Retry-After`` header.
 * ``Reply(delay=2.0, json=...)`` — sleeps before answering (client timeouts).
 * ``Reply(logprobs=[{"7": -0.1, "8": -2.3}, ...])`` — ``choices[0].logprobs.content``: one entry per
   position, each dict the position's ``top_logprobs`` (the chosen token is the most probable one).
@@ -70,6 +71,7 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error_message: str | None = None
+    retry_after: float | None = None  # sent as a Retry-After header (with error statuses)
 
     def text(self) -> str:
         if self.content is not None:
@@ -291,9 +293,11 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
             return
 
-        def _send_json(self, status: int, payload: Any) -> None:
+        def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -345,7 +349,9 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                 kind = "rate_limit_error" if reply.status == 429 else "server_error"
                 message = reply.error_message or f"scripted HTTP {reply.status}"
                 logged.status = reply.status
-                self._send_json(reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}})
+                headers = {"Retry-After": f"{reply.retry_after:g}"} if reply.retry_after is not None else None
+                self._send_json(reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}},
+                                headers)
                 return
             payload = server.chat_response(body, reply)
             logged.status = 200

@@ -7,7 +7,7 @@ cache and concurrent identical calls share one request.
 
 Robust by design: temperature 0; JSON replies validated with pydantic and checked for alignment
 (one verdict per claim...), with one repair request quoting the validation error; retries with
-exponential backoff and jitter on 429, 5xx, timeouts and connection errors, then
+exponential backoff and jitter (or the provider's ``Retry-After``, capped) on 429, 5xx, timeouts and connection errors, then
 ``JudgeError(retryable=True)``; other failures (400, 401, unparseable after repair) are
 ``JudgeError(retryable=False)``. No score is ever invented from a failed reply. Every HTTP reply
 records its tokens and cost (``litellm.completion_cost``, 0 when the model's price is unknown)
@@ -159,6 +159,9 @@ class LLMJudge(Judge):
                 last = exc
                 if attempt < self.max_retries:
                     delay = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
+                    hinted = _retry_after(exc)
+                    if hinted is not None:  # the provider said when: wait that long (capped)
+                        delay = min(self.max_backoff, max(delay, hinted))
                     await asyncio.sleep(delay)
         raise JudgeError(
             f"{what} failed after {self.max_retries + 1} attempts: {type(last).__name__}: {_short(last)}",
@@ -438,6 +441,22 @@ class LLMJudge(Judge):
                 raise JudgeUnsupported(f"no embedding_model configured and the local embedder failed to load: {exc}") from exc
         arr = await asyncio.to_thread(self._local_embedder.embed, texts)
         return [list(map(float, row)) for row in arr]
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a ``Retry-After`` header on the failed response, when there is one."""
+    candidates = (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+                  getattr(getattr(exc, "response", None), "headers", None))
+    for headers in candidates:
+        if not headers:
+            continue
+        try:
+            value = float(headers.get("retry-after"))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            return value
+    return None
 
 
 def _short(exc: BaseException | None) -> str:

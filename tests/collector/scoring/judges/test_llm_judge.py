@@ -365,3 +365,15 @@ async def test_a_connection_dropped_mid_request_is_retried(server):
     res = await faithfulness(judge_for(server))
     assert res.status == "scored" and res.score == pytest.approx(0.5)
     assert res.usage.errors == 1 and res.usage.calls == 2
+
+
+async def test_retry_after_from_the_provider_is_honoured(server):
+    import time
+
+    server.push(Reply(status=429, retry_after=0.6))
+    t0 = time.monotonic()
+    res = await faithfulness(judge_for(server, backoff=0.01))
+    assert res.status == "scored"
+    log = server.chat_requests()
+    assert log[1].received_at - log[0].received_at >= 0.55
+    assert time.monotonic() - t0 < 5
