@@ -7,6 +7,7 @@ Layout (``prefix`` defaults to ``ragtrace``)::
     {prefix}:records:delayed    sorted set of released records, scored by when they are due again
     {prefix}:records:overflow   counter of records refused because the stream was full
     {prefix}:scored:{key}:{m}   idempotency marks (:class:`ScoredMarks`), one per record key and metric
+    {prefix}:put:{id}           one per put for an hour, so a put retried after a lost reply is not doubled
 
 Delivery: receivers ``XADD``; workers ``XREADGROUP``; ``ack`` is ``XACK`` + ``XDEL`` (so the
 stream length is the queue depth); entries pending on a worker that died are taken over with
@@ -47,12 +48,16 @@ log = logging.getLogger(__name__)
 # is a ConnectionError subclass).
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
+# Put: KEYS[4] is this put's idempotency key, so a put retried after a lost reply (connection cut
+# mid-command) does not enqueue the record twice.
 _PUT = """
+if redis.call('EXISTS', KEYS[4]) == 1 then return 'duplicate' end
 local depth = redis.call('XLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
 if depth >= tonumber(ARGV[1]) then
   redis.call('INCR', KEYS[3])
   return false
 end
+redis.call('SET', KEYS[4], '1', 'EX', 3600)
 return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'r', ARGV[2], 't', ARGV[3], 'a', '0')
 """
 
@@ -207,11 +212,13 @@ class RedisStreamQueue(RecordQueue):
 
         # Receiver-side fallback while Redis is unreachable.
         self.buffer_size = int(buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth)))
-        self._buffer: deque[tuple[str, str]] = deque()  # (record JSON, enqueued_at)
+        self._buffer: deque[tuple[str, str, str]] = deque()  # (record JSON, enqueued_at, put id)
         self._buf_lock = threading.Lock()
         self._down_until = 0.0
         self._retry_interval = retry_interval
         self._flusher: threading.Thread | None = None
+        self._flushing = False  # a flusher thread is (about to be) running
+        self._flush_lock = threading.Lock()  # one flush at a time (thread or close())
         self._closing = threading.Event()
 
         self.overflowed = 0  # refused because the stream was full (this process)
@@ -228,7 +235,7 @@ class RedisStreamQueue(RecordQueue):
 
     # ------------------------------------------------------------------ receiving side
     def put(self, record: RagRecord) -> bool:
-        payload = (record.model_dump_json(exclude_none=True), repr(time.time()))
+        payload = (record.model_dump_json(exclude_none=True), repr(time.time()), uuid.uuid4().hex)
         with self._buf_lock:
             buffering = bool(self._buffer) or time.monotonic() < self._down_until
             if buffering:
@@ -241,47 +248,54 @@ class RedisStreamQueue(RecordQueue):
                 self._down_until = time.monotonic() + self._retry_interval
                 return self._to_buffer_locked(payload)
 
-    def _put_redis(self, payload: tuple[str, str]) -> bool:
-        entry_id = self._put(keys=[self.stream, self.delayed, self.overflow_key],
+    def _put_redis(self, payload: tuple[str, str, str]) -> bool:
+        entry_id = self._put(keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload[2]}"],
                              args=[self.max_depth, payload[0], payload[1]])
         if entry_id is None:
             self.overflowed += 1
             return False
         return True
 
-    def _to_buffer_locked(self, payload: tuple[str, str]) -> bool:
+    def _to_buffer_locked(self, payload: tuple[str, str, str]) -> bool:
         if len(self._buffer) >= self.buffer_size:
             self.shed += 1
             return False
         self._buffer.append(payload)
         self.buffered_total += 1
-        if self._flusher is None or not self._flusher.is_alive():
+        if not self._flushing:  # decided under the buffer lock, so exactly one flusher runs
+            self._flushing = True
             self._flusher = threading.Thread(target=self._flush_loop, name="ragtrace-redis-flush", daemon=True)
             self._flusher.start()
         return True
 
     def _flush_loop(self) -> None:
-        while not self._closing.is_set():
-            if self.flush_buffer():
-                return  # empty; a new thread starts when buffering begins again
-            self._closing.wait(self._retry_interval)
+        try:
+            while not self._closing.is_set():
+                if self.flush_buffer(stop_flushing=True):
+                    return  # empty; a new thread starts when buffering begins again
+                self._closing.wait(self._retry_interval)
+        finally:
+            with self._buf_lock:
+                self._flushing = False
 
-    def flush_buffer(self) -> bool:
+    def flush_buffer(self, stop_flushing: bool = False) -> bool:
         """Move buffered records to Redis, oldest first; ``True`` once the buffer is empty."""
-        while True:
-            with self._buf_lock:
-                if not self._buffer:
-                    self._down_until = 0.0
-                    return True
-                payload = self._buffer[0]
-            try:
-                self._put_redis(payload)  # full stream: counted as overflow, dropped like any put
-            except UNAVAILABLE:
+        with self._flush_lock:
+            while True:
                 with self._buf_lock:
-                    self._down_until = time.monotonic() + self._retry_interval
-                return False
-            with self._buf_lock:
-                if self._buffer and self._buffer[0] is payload:
+                    if not self._buffer:
+                        self._down_until = 0.0
+                        if stop_flushing:
+                            self._flushing = False
+                        return True
+                    payload = self._buffer[0]
+                try:
+                    self._put_redis(payload)  # full stream: counted as overflow, dropped like any put
+                except UNAVAILABLE:
+                    with self._buf_lock:
+                        self._down_until = time.monotonic() + self._retry_interval
+                    return False
+                with self._buf_lock:
                     self._buffer.popleft()
 
     @property

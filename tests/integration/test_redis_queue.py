@@ -241,3 +241,40 @@ def test_extend_keeps_a_slow_workers_lease_and_fails_once_lost(server, prefix):
     assert taken.record.trace_id == leased.record.trace_id
     assert slow.extend(leased.receipt, 0.4) is False  # lost: the old holder cannot take it back
     assert other.lease(1, lease_seconds=30) == [] and slow.lease(1, lease_seconds=30) == []
+
+
+def test_outage_under_concurrent_puts_loses_and_duplicates_nothing(tmp_path, prefix):
+    srv = RedisServer(data_dir=tmp_path).start()
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=10_000, retry_interval=0.05)
+        errors: list[BaseException] = []
+
+        def writer(base: int) -> None:
+            try:
+                for i in range(100):
+                    assert q.put(rec(base + i))
+                    if i == 30 and base == 0:
+                        srv.stop()  # Redis dies while three threads are writing
+                    time.sleep(0.001)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(b,)) for b in (0, 1000, 2000)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert q.buffered > 0
+        srv.start()
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = [g.record.trace_id for g in q.lease(1000, 30)]
+        assert sorted(got) == sorted(f"{b + i:032x}" for b in (0, 1000, 2000) for i in range(100))
+        for b in (0, 1000, 2000):  # each writer's records keep their order
+            mine = [t for t in got if b <= int(t, 16) < b + 1000]
+            assert mine == [f"{b + i:032x}" for i in range(100)]
+        q.close()
+    finally:
+        srv.cleanup()
