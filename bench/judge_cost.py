@@ -74,6 +74,12 @@ def ragtrace_reply(prompt: str) -> dict[str, Any] | None:
         joined = "\n".join(contexts)
         return {"verdicts": [{"id": i, "verdict": "yes" if supported(c, joined) else "no", "reason": REASON}
                              for i, c in enumerate(_tag_blocks(prompt, "claim"), 1)]}
+    if task == "generate_questions":
+        response = (_tag_blocks(prompt, "response") or [""])[0]
+        first = (sentences(response) or ["the answer"])[0]
+        n = int(re.search(r"Write (\d+) different questions", prompt).group(1))
+        return {"questions": [{"question": f"What does this say: {first[:80]}?", "noncommittal": False}
+                              for _ in range(n)]}
     if task == "chunk_relevance":
         target = (_tag_blocks(prompt, "target") or [""])[0]
         return {"verdicts": [{"id": i, "useful": bool(words(c) & words(target)), "reason": REASON}
@@ -131,27 +137,32 @@ def load_rows(n: int) -> list[dict[str, Any]]:
     return rows
 
 
-async def run_ragtrace(rows: list[dict[str, Any]], base_url: str, concurrency: int) -> dict[str, Any]:
+async def run_ragtrace(rows: list[dict[str, Any]], base_url: str, concurrency: int, variant: str | None) -> dict[str, Any]:
     from collector.record import RagRecord
     from collector.scoring.engine import evaluate_record
     from collector.scoring.judge import JudgeUsage
     from collector.scoring.judges.llm import LLMJudge
+    from collector.scoring.options import ScoringOptions
 
-    judge = LLMJudge("openai/judge", base_url=base_url, api_key="bench", concurrency=concurrency, timeout=60)
+    judge = LLMJudge("openai/judge", base_url=base_url, api_key="bench", concurrency=concurrency, timeout=60,
+                     embedding_model="openai/embedder" if variant in ("questions", "embedding") else None)
+    options = ScoringOptions(answer_relevancy_variant=variant)
     sem = asyncio.Semaphore(concurrency)
     usage = JudgeUsage()
+    per_metric = {m: JudgeUsage() for m in DEFAULT_METRICS}
     failures = 0
 
     async def one(row: dict[str, Any]) -> None:
         nonlocal failures
         async with sem:
-            results = await evaluate_record(RagRecord(**row), DEFAULT_METRICS, judge)
+            results = await evaluate_record(RagRecord(**row), DEFAULT_METRICS, judge, options)
         for r in results:
             usage.add(r.usage)
+            per_metric[r.metric].add(r.usage)
             failures += r.status != "scored"
 
     await asyncio.gather(*(one(r) for r in rows))
-    return {"self_reported": usage, "not_scored": failures}
+    return {"self_reported": usage, "per_metric": per_metric, "not_scored": failures}
 
 
 RAGAS_WORKER = r'''
@@ -210,6 +221,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--answer-relevancy-variant", choices=("statements", "questions", "embedding"), default=None,
+                        help="ragtrace's answer_relevancy variant (default: the judge's, statements for an LLM)")
     parser.add_argument("--ragas-python", default=os.environ.get("RAGAS_PYTHON", "/tmp/ragas-venv/bin/python"))
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
@@ -223,7 +236,7 @@ def main() -> int:
     n = len(rows)
     with ScriptedOpenAI(responder=plausible_reply) as server:
         t0 = time.perf_counter()
-        ours = asyncio.run(run_ragtrace(rows, server.base_url, args.concurrency))
+        ours = asyncio.run(run_ragtrace(rows, server.base_url, args.concurrency, args.answer_relevancy_variant))
         ours_s = time.perf_counter() - t0
         ours_t = tally(server, 0)
         mark = len(server.requests)
@@ -260,8 +273,10 @@ def main() -> int:
               f"Ragas mean scores {json.dumps({k: round(v, 3) for k, v in ragas_out['scores'].items()})}")
     else:
         print(f"{'total tokens / record':28}{total_a:>12.1f}")
+    print("ragtrace judge requests / record by metric (a shared decision counts on the metric that asked first): "
+          + ", ".join(f"{m} {u.calls / n:.1f}" for m, u in ours["per_metric"].items()))
     print(f"ragtrace self-reported usage: {su.calls} calls, {su.prompt_tokens}+{su.completion_tokens} tokens "
-          f"(server saw {ours_t['chat_calls']} calls); metrics not scored: {ours['not_scored']}")
+          f"incl. embeddings (server saw {ours_t['chat_calls']} chat + {ours_t['embedding_calls']} embedding calls); metrics not scored: {ours['not_scored']}")
     return 0
 
 
