@@ -142,3 +142,14 @@ def test_assembler_over_shared_state_builds_one_record(server):
     asm_b.add(rb)
     records = asm_a.collect() + asm_b.collect()
     assert len(records) == 1 and records[0].trace_id == t
+
+
+def test_shutdown_of_one_receiver_leaves_shared_traces_to_the_others(server):
+    prefix = uuid.uuid4().hex[:8]
+    leaving, staying = state(server, prefix, grace_seconds=0.3), state(server, prefix, grace_seconds=0.3)
+    t = tid(7)
+    leaving.add(t, [span(t, "0000000000000001")], 10, True, 0)
+    assert leaving.pop_all() == []  # not due yet: another receiver may still get its spans
+    time.sleep(0.35)
+    (done,) = staying.pop_due(0)
+    assert done.trace_id == t and done.reason == "root"
