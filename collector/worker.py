@@ -23,6 +23,7 @@ lets their leases lapse).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import random
@@ -243,6 +244,10 @@ class ScoringWorker:
     # -- one record ----------------------------------------------------------------------------
     async def _process(self, item: Leased) -> None:
         record = item.record
+        if not record.key:
+            # No trace id and no row id: key it by content so idempotency still holds.
+            digest = hashlib.sha256(record.model_dump_json().encode()).hexdigest()[:32]
+            record = item.record = record.model_copy(update={"id": f"sha256:{digest}"})
         wanted = list(dict.fromkeys(self.metrics_for(record)))
         done = await asyncio.to_thread(self._already_scored, record.key, wanted)
         todo = [m for m in wanted if m not in done]

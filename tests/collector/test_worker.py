@@ -239,3 +239,17 @@ async def test_judge_outage_keeps_what_scored_and_waits_for_the_rest(tmp_path):
     assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "openai/judge", "kind": "unavailable"}) == 1
     rows = {r.metric: r for r in ResultsStore(cfg.results_path).get(rec(0).key)}
     assert rows["faithfulness"].score == 1.0 and rows["bleu"].score == 1.0
+
+
+async def test_records_without_ids_are_keyed_by_content(tmp_path):
+    cfg = config(tmp_path)
+    queue = SQLiteQueue(tmp_path / "q.sqlite")
+    a = RagRecord(user_input="q", response="x y z", reference="x y z")
+    b = RagRecord(user_input="q", response="other", reference="x y z")
+    for r in (a, b, a):
+        queue.put(r)
+    registry = CollectorRegistry()
+    await drain(build_worker(cfg, registry, queue, judge=Judge()), queue)
+    assert count(registry, "bleu") == 2  # a twice counts once; b is a different record
+    keys = ResultsStore(cfg.results_path).counts_per_key()
+    assert len(keys) == 2 and all(k.startswith("sha256:") for k in keys)
