@@ -16,8 +16,8 @@ Names (Grafana dashboards and alert rules are written against these):
   waits; ``failed``: this input cannot be judged; ``call``: failed calls the judge retried itself),
   ``ragtrace_judge_latency_seconds{judge}`` — one judge decision (one method call).
 * ``ragtrace_records_scored_total{pipeline}`` — records whose results were recorded;
-  ``ragtrace_records_released_total{reason}`` — records handed back to the queue (``judge_unavailable``,
-  ``shutdown``).
+  ``ragtrace_records_released_total{reason}`` — records handed back to the queue unscored
+  (``judge_unavailable``, ``shutdown``, ``error``: scoring raised unexpectedly, retried later).
 * ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
   ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
@@ -115,7 +115,7 @@ class EvalMetrics:
         )
         self.records_released = Counter(
             "ragtrace_records_released",
-            "Records handed back to the queue unscored, by reason (judge_unavailable, shutdown).",
+            "Records handed back to the queue unscored, by reason (judge_unavailable, shutdown, error).",
             ["reason"],
             registry=registry,
         )
