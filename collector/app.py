@@ -61,6 +61,7 @@ class CollectorApp:
         self.worker = None
         self._worker_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
+        self._lag_task: asyncio.Task | None = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
         self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
@@ -112,7 +113,9 @@ class CollectorApp:
                 max_pending_requests=cfg.limits.max_pending_requests,
                 max_request_bytes=cfg.limits.max_request_bytes,
                 retry_after_seconds=cfg.limits.retry_after_seconds,
+                max_loop_lag_seconds=cfg.limits.max_loop_lag_seconds,
             )
+            self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
             if cfg.listen.http_port is not None:
                 self.http = OtlpHttpReceiver(self.ingestor, ready=lambda: self.ready)
                 await self.http.start(cfg.listen.host, cfg.listen.http_port)
@@ -177,10 +180,11 @@ class CollectorApp:
             await self.http.stop()
         if self.grpc is not None:
             await self.grpc.stop(grace=min(1.0, drain_timeout))
-        if self._sweep_task is not None:
-            self._sweep_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweep_task
+        for task in (self._sweep_task, self._lag_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.assembler is not None:
             await self.process_completed(everything=True)
         if self.worker is not None:
@@ -229,15 +233,18 @@ class CollectorApp:
         built = 0
         for i, item in enumerate(completed):
             try:
-                record = self.assembler.build(item)
+                summary = self.assembler.build(item, full=False)
+                built += 1
+                self.metrics.observe_record(summary)
+                if self.sampler.sample(summary):
+                    # texts (query, answer, contexts) are read only for the records that get scored
+                    record = self.assembler.build(item, full=True)
+                    record.sampling_weight = summary.sampling_weight
+                    selected.append(record)
             except Exception:
                 log.exception("could not assemble trace %s", item.trace_id)
                 self.metrics.dropped(None, ASSEMBLY_ERROR)
                 continue
-            built += 1
-            self.metrics.observe_record(record)
-            if self.sampler.sample(record):
-                selected.append(record)
             if i % 256 == 255:
                 await asyncio.sleep(0)  # let the receivers in between
         if selected:

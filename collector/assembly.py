@@ -206,7 +206,7 @@ class Assembler:
         self,
         state: AssemblyState,
         observer: AssemblyObserver | None = None,
-        builder: Callable[[str, list[SpanData]], RagRecord] = build_record,
+        builder: Callable[..., RagRecord] = build_record,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
@@ -245,8 +245,9 @@ class Assembler:
             self.observer.inflight(*self.state.inflight())
         return out
 
-    def build(self, completed: CompletedTrace) -> RagRecord:
-        record = self.builder(completed.trace_id, completed.spans)
+    def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
+        """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""
+        record = self.builder(completed.trace_id, completed.spans, full=full)
         if completed.reason != REASON_ROOT:
             record.metadata.setdefault("ragtrace.assembly", completed.reason)
         # The evaluation events (collector.export.otlp_events) hang under the trace's root span.

@@ -31,6 +31,18 @@ def _flattened(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     return docs
 
 
+def document_scores(attrs: Mapping[str, Any], prefix: str) -> list[float | None]:
+    """Only the scores of flattened documents, in rank order (no text): enough for sampling rules."""
+    start = prefix + "."
+    found: dict[int, float | None] = {}
+    for key, value in attrs.items():
+        if key.endswith(".document.score") and key.startswith(start):
+            idx = key[len(start) :].partition(".")[0]
+            if idx.isdigit():
+                found[int(idx)] = as_float(value)
+    return [found[i] for i in sorted(found)]
+
+
 def _from_object(item: Any) -> dict[str, Any] | None:
     """A document from a JSON object: plain dicts, LangChain ``Document`` dumps (``lc`` kwargs), (doc, score) pairs."""
     score = None

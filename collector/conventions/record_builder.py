@@ -86,8 +86,13 @@ def _depth_order(spans: list[SpanData]) -> dict[str, int]:
     return depth
 
 
-def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
-    """Assemble a record from every span of a trace (any order, any mix of conventions)."""
+def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> RagRecord:
+    """Assemble a record from every span of a trace (any order, any mix of conventions).
+
+    ``full=False`` builds the cheap summary every record needs (latencies, tokens, model, names,
+    error, reference, sampling flag, context scores) and leaves out the texts (query, answer, context
+    contents and metadata): the collector builds the full record only for the sampled ones.
+    """
     spans = sorted(spans, key=lambda s: (s.start, s.end))
     depth = _depth_order(spans)
     classified = [(s, roles.span_role(s.attrs, s.name)) for s in spans]
@@ -107,10 +112,10 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
     # --- query and answer ---
     query = None
     answer = None
-    if top is not None:
+    if full and top is not None:
         query = _text(top.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS)
         answer = _text(top.attrs, _ANSWER_ATTR_KEYS, ANSWER_KEYS)
-    if query is None:
+    if full and query is None:
         for s in retrievers + rerankers:
             query = first(s.attrs, (A.GEN_AI_RETRIEVAL_QUERY_TEXT, A.RERANKER_QUERY)) or _text(
                 s.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS
@@ -120,12 +125,19 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
 
     # --- contexts ---
     docs: list[dict[str, Any]] = []
-    if rerankers:
+    scores: list[float | None] = []
+    if not full:
+        if rerankers:
+            scores = documents.document_scores(rerankers[-1].attrs, A.RERANKER_OUTPUT_DOCUMENTS)
+        if not scores:
+            for s in retrievers:
+                scores.extend(documents.document_scores(s.attrs, A.RETRIEVAL_DOCUMENTS))
+    elif rerankers:
         docs = documents.reranked_documents(rerankers[-1].attrs)
-    if not docs:
+    if full and not docs:
         for s in retrievers:
             docs.extend(documents.retrieved_documents(s.attrs))
-    if not docs:
+    if full and not docs:
         for s in generators:
             docs = documents.generator_contexts(s.attrs)
             if docs:
@@ -154,6 +166,8 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
         d = s.duration_seconds
         if d is not None:
             gen_duration = (gen_duration or 0.0) + d
+        if not full:
+            continue
         in_msgs = messages.input_messages(a, s.events)
         out_msgs = messages.output_messages(a, s.events)
         text = _text(a, (A.OUTPUT_VALUE,), ANSWER_KEYS) or messages.last_assistant_message(out_msgs)
@@ -161,7 +175,7 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
             answer = text
         if query is None:
             query = _text(a, (A.INPUT_VALUE,), QUERY_KEYS) if not in_msgs else messages.last_user_message(in_msgs)
-    if answer is None and generators:
+    if full and answer is None and generators:
         for s in reversed(generators):
             text = messages.last_assistant_message(messages.output_messages(s.attrs, s.events))
             if text:
@@ -202,7 +216,7 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
             value = maybe_json(a.get(key))
             if isinstance(value, list):
                 tags.extend(str(t) for t in value if str(t) not in tags)
-        if not metadata:
+        if full and not metadata:
             metadata = dict(json_dict(a.get(A.METADATA)))
         if as_bool(a.get(A.RAGTRACE_SAMPLE)):
             sample_requested = True
@@ -214,20 +228,14 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
 
     starts = [s.start for s in spans if s.start]
     ends = [s.end for s in spans if s.end]
-    contexts = [
-        Context.model_construct(content=d["content"], id=d["id"], score=d["score"], metadata=d["metadata"] or {})
-        for d in docs
-    ]
-    return RagRecord.model_construct(
+    fields = dict(
         id=trace_id,
         trace_id=trace_id,
         service=service,
         pipeline=str(pipeline_name) if pipeline_name else None,
         user_input=query,
-        retrieved_contexts=contexts,
         response=answer,
         reference=str(reference) if reference is not None else None,
-        turns=[],
         model=str(model) if model else None,
         provider=str(provider) if provider else None,
         input_tokens=input_tokens,
@@ -240,11 +248,46 @@ def build_record(trace_id: str, spans: list[SpanData]) -> RagRecord:
         streamed=streamed,
         session_id=str(session_id) if session_id is not None else None,
         user_id=str(user_id) if user_id is not None else None,
-        tags=tags,
-        metadata=metadata,
         error=str(error) if error else None,
         sample_requested=sample_requested,
-        sampling_weight=1.0,
         start_time_unix_nano=min(starts) if starts else None,
         end_time_unix_nano=max(ends) if ends else None,
     )
+    if not full:
+        return RecordSummary(scores=scores, metadata={}, **fields)  # type: ignore[return-value]
+    contexts = [
+        Context.model_construct(content=d["content"], id=d["id"], score=d["score"], metadata=d["metadata"] or {})
+        for d in docs
+    ]
+    return RagRecord.model_construct(
+        retrieved_contexts=contexts, turns=[], tags=tags, metadata=metadata, sampling_weight=1.0, **fields
+    )
+
+
+class ScoredContext:
+    """A context in a summary: its score only."""
+
+    __slots__ = ("score",)
+
+    def __init__(self, score: float | None) -> None:
+        self.score = score
+
+
+class RecordSummary:
+    """The text-free summary of a record (``build_record(..., full=False)``): the attributes the latency
+    metrics and the sampler read, named as on :class:`RagRecord`, at a fraction of its cost."""
+
+    __slots__ = (
+        "id", "trace_id", "service", "pipeline", "user_input", "response", "reference", "model", "provider",
+        "input_tokens", "output_tokens", "ttft_seconds", "tpot_seconds", "request_duration_seconds",
+        "retrieval_duration_seconds", "generation_duration_seconds", "streamed", "session_id", "user_id",
+        "error", "sample_requested", "start_time_unix_nano", "end_time_unix_nano", "retrieved_contexts",
+        "metadata", "sampling_weight",
+    )
+
+    def __init__(self, scores: list[float | None], metadata: dict[str, Any], **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self.retrieved_contexts = [ScoredContext(s) for s in scores]
+        self.metadata = metadata
+        self.sampling_weight = 1.0

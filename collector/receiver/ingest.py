@@ -1,13 +1,17 @@
 """What both OTLP receivers share: auth, admission (load shedding), decoding outcome and counting.
 
-Admission bounds the requests being received at once. When the collector is saturated, new requests
-are refused at once (HTTP 503 + ``Retry-After``, gRPC ``RESOURCE_EXHAUSTED``) so latency stays bounded
-and memory does not grow with the backlog; the OTel exporters retry those with backoff.
+Admission bounds the requests being received at once, and watches the event loop's lag (how late a
+periodic timer fires: the backlog of work the loop has not got to yet, whatever caused it). When either
+is above its bound, new requests are refused at once (HTTP 503 + ``Retry-After``, gRPC
+``RESOURCE_EXHAUSTED``) so latency stays bounded and memory does not grow with the backlog; the OTel
+exporters retry those with backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import time
 from typing import Callable
 
 from collector.receiver.spans import DecodedRequest, extract_spans
@@ -35,6 +39,7 @@ class Ingestor:
         max_pending_requests: int = 64,
         max_request_bytes: int = 4 * 1024 * 1024,
         retry_after_seconds: int = 1,
+        max_loop_lag_seconds: float | None = 0.5,
     ) -> None:
         self.sink = sink
         self.metrics = metrics
@@ -43,6 +48,8 @@ class Ingestor:
         self.max_request_bytes = max_request_bytes
         self.retry_after_seconds = retry_after_seconds
         self.pending = 0
+        self.max_loop_lag = max_loop_lag_seconds
+        self.loop_lag = 0.0  # seconds the event loop was late on its last check (see watch_loop_lag)
         self.expected_authorization = f"Bearer {bearer_token}".encode() if bearer_token else None
 
     def authorized(self, header: str | None) -> bool:
@@ -57,11 +64,25 @@ class Ingestor:
         """Take a slot for one request, or ``False`` when saturated; pair with :meth:`done`."""
         if self.pending >= self.max_pending:
             return False
+        if self.max_loop_lag is not None and self.loop_lag > self.max_loop_lag:
+            return False
         self.pending += 1
         return True
 
     def done(self) -> None:
         self.pending -= 1
+
+    async def watch_loop_lag(self, interval: float = 0.05) -> None:
+        """Run forever: measure how late the loop wakes up a timer of ``interval`` seconds.
+
+        The figure decays by 20% per tick rather than resetting, so one long stall keeps shedding
+        for a few ticks while the loop works through what piled up behind it.
+        """
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(interval)
+            late = max(0.0, time.perf_counter() - start - interval)
+            self.loop_lag = max(late, self.loop_lag * 0.8)
 
     def count(self, transport: str, status: str) -> None:
         if self.metrics is not None:

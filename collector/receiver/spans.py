@@ -39,6 +39,7 @@ KEPT_PREFIXES: tuple[str, ...] = (
 KEPT_EVENT_PREFIXES: tuple[str, ...] = ("exception", "gen_ai.")
 
 STATUS_ERROR = 2
+_SPAN_OVERHEAD = 400  # bytes a kept span costs beyond its attribute text (objects, ids, dict)
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 
@@ -91,7 +92,7 @@ class SpanData:
         self.attrs = attrs if attrs is not None else {}
         self.events = events if events is not None else []
         self.service = service
-        self.nbytes = nbytes
+        self.nbytes = nbytes  # approximate memory held: attribute text plus a fixed overhead
 
     @property
     def is_root(self) -> bool:
@@ -179,10 +180,18 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                     out.reject("invalid span id")
                     continue
                 attrs: dict[str, Any] = {}
+                nbytes = _SPAN_OVERHEAD
                 for kv in sp.attributes:
                     key = kv.key
                     if key.startswith(prefixes):
-                        attrs[key] = any_value(kv.value)
+                        value = kv.value
+                        text = value.string_value  # most values are strings: skip the oneof dispatch
+                        if text:
+                            attrs[key] = text
+                            nbytes += len(key) + len(text)
+                        else:
+                            attrs[key] = any_value(value)
+                            nbytes += len(key) + 16
                 events: list[tuple[str, dict[str, Any]]] = []
                 if sp.events:
                     for ev in sp.events:
@@ -203,7 +212,7 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                     attrs,
                     events,
                     service,
-                    sp.ByteSize(),
+                    nbytes,
                 )
                 bucket = traces.get(trace_hex)
                 if bucket is None:

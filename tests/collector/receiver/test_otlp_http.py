@@ -235,3 +235,34 @@ async def test_health_and_readiness(make_stack):
                 assert r.status == 200
     finally:
         await receiver.stop()
+
+
+async def test_event_loop_backlog_sheds(served):
+    stack = await served(max_loop_lag_seconds=0.2)
+    watcher = asyncio.create_task(stack.ingestor.watch_loop_lag(interval=0.02))
+    try:
+        await asyncio.sleep(0.05)
+        assert stack.ingestor.admit() and stack.ingestor.loop_lag < 0.2
+        stack.ingestor.done()
+
+        async def hog():
+            import time
+
+            time.sleep(0.4)  # the loop is stuck: work piles up behind it
+
+        await asyncio.gather(hog(), asyncio.sleep(0.021))
+        assert stack.ingestor.loop_lag > 0.2
+        assert not stack.ingestor.admit()
+        _, request = F.to_request(F.ragtrace_shaped())
+        async with aiohttp.ClientSession() as s:
+            async with s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r:
+                shed = r.status
+        for _ in range(100):  # the loop catches up: admitted again
+            await asyncio.sleep(0.02)
+            if stack.ingestor.loop_lag < 0.2:
+                break
+        assert stack.ingestor.admit()
+        stack.ingestor.done()
+        assert shed == 503 or stack.requests("http", "ok") == 1  # (a slow machine may have decayed it already)
+    finally:
+        watcher.cancel()
