@@ -193,6 +193,12 @@ class _Spec:
         output ones when it ends: one pass through the SDK's attribute cleaning, not two."""
         s = SETTINGS
         capture = s.capture_content if self.capture is None else self.capture
+        span = s.tracer.start_span(self.name, kind=self.kind)
+        ctx = set_span_in_context(span)
+        if self.is_pipeline:
+            ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
+        if not span.is_recording():  # no provider yet, or sampled out: read nothing
+            return span, ctx, AttrWriter(s, capture, {})
         attrs = self.static.copy()
         w = AttrWriter(s, capture, attrs)
         bound = instance is not None and self.self_like
@@ -217,10 +223,6 @@ class _Spec:
                 k = self.top_k_ref.get(bound, args, kwargs)
                 if isinstance(k, int) and not isinstance(k, bool):
                     attrs[A.RERANKER_TOP_K] = k
-        span = s.tracer.start_span(self.name, kind=self.kind)
-        ctx = set_span_in_context(span)
-        if self.is_pipeline:
-            ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
         return span, ctx, w
 
     def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
