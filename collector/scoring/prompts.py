@@ -33,9 +33,14 @@ _TAG = re.compile(
 )
 
 
+_FAKE_TASK = re.compile(r"(?im)^(\s*)TASK\s*:")
+
+
 def escape(text: str) -> str:
-    """Neutralise tag-like sequences inside data so it cannot leave its block."""
-    return _TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text or "")
+    """Neutralise tag-like sequences inside data so it cannot leave its block, and lines that
+    pose as our task header."""
+    text = _TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text or "")
+    return _FAKE_TASK.sub(lambda m: m.group(1) + "(quoted) TASK:", text)
 
 
 def block(tag: str, text: str, **attrs: Any) -> str:
