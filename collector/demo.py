@@ -41,14 +41,14 @@ SHOWN_METRICS = ("faithfulness", "hallucination", "answer_relevancy", "context_p
 
 # Shipped rule windows -> demo windows, so a drop shows up as an alert within a few minutes.
 DEMO_WINDOWS = {
-    "[1h]": "[2m]",
-    "offset 1h": "offset 2m",
-    "[7d]": "[15m]",
+    "[1h]": "[1m]",
+    "offset 1h": "offset 1m",
+    "[7d]": "[10m]",
     "[15m]": "[2m]",
     "[10m]": "[2m]",
-    "for: 15m": "for: 30s",
-    "for: 10m": "for: 30s",
-    "for: 5m": "for: 30s",
+    "for: 15m": "for: 15s",
+    "for: 10m": "for: 15s",
+    "for: 5m": "for: 15s",
     "interval: 1m": "interval: 5s",
     ">= 100": ">= 40",
 }
@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--degrade", action="store_true",
                         help="same as --degrade-after 60 (unless --degrade-after is given)")
     parser.add_argument("--no-prometheus", action="store_true", help="do not start a Prometheus")
-    parser.add_argument("--sampling-rate", type=float, default=1.0, help="fraction of records scored (default 1)")
+    parser.add_argument("--sampling-rate", type=float, default=1.0,
+                        help="fraction of records scored (default 1)")
     parser.add_argument("--protocol", choices=["http/protobuf", "grpc"], default="http/protobuf",
                         help="OTLP protocol the example uses (default http/protobuf)")
     parser.add_argument("--data-dir", default=None,
@@ -272,6 +273,8 @@ class Traffic:
         self.degrade_after = degrade_after
         self.threads = threads
         self.recent: deque[Request] = deque(maxlen=keep)
+        # last faithfulness scores per phase (False: healthy, True: degraded), kept past ``recent``
+        self.faithfulness: dict[bool, deque[float]] = {False: deque(maxlen=30), True: deque(maxlen=30)}
         self.sent = 0
         self.failed = 0
         self.skipped = 0  # ticks skipped because every thread was busy
@@ -372,8 +375,9 @@ class ScoreReader:
             self._store = ResultsStore(self.path)
         return self._store
 
-    def fill(self, requests: list[Request]) -> int:
-        """Look up requests still missing scores; returns the number of scored records in the store."""
+    def fill(self, requests: list[Request], faithfulness: dict[bool, deque[float]] | None = None) -> int:
+        """Look up requests still missing scores (their new faithfulness scores go to ``faithfulness``
+        by phase); returns the number of records scored so far."""
         store = self._open()
         if store is None:
             return 0
@@ -381,6 +385,9 @@ class ScoreReader:
             if req.trace_id and not req.scores:
                 for row in store.get(req.trace_id):
                     req.scores[row.metric] = row.score if row.status == "scored" else None
+                score = req.scores.get("faithfulness")
+                if faithfulness is not None and score is not None:
+                    faithfulness[req.degraded].append(score)
         return store.count(metric="faithfulness")
 
     def close(self) -> None:
@@ -398,10 +405,9 @@ def summary(traffic: Traffic) -> dict[str, Any]:
         recent = list(traffic.recent)
     out: dict[str, Any] = {"sent": traffic.sent, "failed": traffic.failed}
     for flag, name in ((False, "healthy"), (True, "degraded")):
-        faith = [r.scores["faithfulness"] for r in recent
-                 if r.degraded == flag and r.scores.get("faithfulness") is not None]
-        out[f"faithfulness_{name}"] = mean(faith[-30:])
-        out[f"n_{name}"] = len(faith[-30:])
+        faith = list(traffic.faithfulness[flag])
+        out[f"faithfulness_{name}"] = mean(faith)
+        out[f"n_{name}"] = len(faith)
     lat = sorted(r.seconds for r in recent[-50:])
     out["latency_p50"] = lat[len(lat) // 2] if lat else None
     return out
@@ -426,7 +432,7 @@ def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str
     head = Table.grid(padding=(0, 2))
     head.add_row(f"[b]ragtrace demo[/]  {elapsed:.0f}s" + (f"/{duration:.0f}s" if duration else "  (Ctrl-C to stop)"),
                  f"example: {state}", f"sent {s['sent']} ({s['failed']} failed)", f"scored {scored}")
-    head.add_row(f"mean faithfulness healthy {fmt(s['faithfulness_healthy'])} (n={s['n_healthy']})",
+    head.add_row(f"mean faithfulness (last 30) healthy {fmt(s['faithfulness_healthy'])} (n={s['n_healthy']})",
                  f"degraded {fmt(s['faithfulness_degraded'])} (n={s['n_degraded']})",
                  f"latency p50 {fmt(s['latency_p50'] and s['latency_p50'] * 1000, '.0f')} ms", "")
     parts: list[Any] = [head]
@@ -534,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
             nonlocal alerts, last_alert_poll
             with traffic._lock:
                 recent = list(traffic.recent)[-60:]
-            scored = reader.fill(recent)
+            scored = reader.fill(recent, traffic.faithfulness)
             if prometheus is not None and time.monotonic() - last_alert_poll > 3:
                 last_alert_poll = time.monotonic()
                 with contextlib.suppress(Exception):

@@ -133,7 +133,7 @@ def test_shortened_rule_windows_stay_valid(tmp_path):
     from collector.demo import DEMO_WINDOWS, scaled_rules
     from tests.integration.test_prometheus_dashboards import TEST_WINDOWS
 
-    assert scaled_rules("[7d] [15m] [10m]", DEMO_WINDOWS) == "[15m] [2m] [2m]"  # one pass, no chaining
+    assert scaled_rules("[7d] [10m] [15m]", {"[7d]": "[10m]", "[10m]": "[2m]", "[15m]": "[7d]"}) == "[10m] [2m] [7d]"
     shipped = (PROM_DIR / "rules" / "ragtrace.rules.yml").read_text()
     for name, mapping in (("demo", DEMO_WINDOWS), ("test", TEST_WINDOWS)):
         text = scaled_rules(shipped, mapping)

@@ -135,6 +135,7 @@ def scenario(tmp_path_factory):
                 got = [a for a in am.alerts() if a["labels"].get("alertname") == "RagFaithfulnessLow"]
                 if got:
                     out["am_alert"] = got[0]
+                    out["am_seconds"] = time.time() - degrade_at
                     break
             elif fired_prom is not None:
                 break
@@ -249,6 +250,17 @@ def test_render_panels_to_png(scenario):
         written.append(path)
     for path in written:
         assert path.stat().st_size > 10_000
+    summary = {
+        "faults_on_to_prometheus_firing_s": round(scenario["fired_prom"] - scenario["degrade_at"], 1)
+        if scenario["fired_prom"] else None,
+        "faults_on_to_alertmanager_s": round(scenario["am_seconds"], 1) if scenario.get("am_seconds") else None,
+        "panel_queries": len(scenario["panel_data"]),
+        "requests_sent": scenario["traffic"].sent,
+        "score_exemplars": sum(len(s["exemplars"]) for s in scenario["exemplars"]),
+        "firing": sorted({a["labels"]["alertname"] for a in scenario["prom_alerts"] if a["state"] == "firing"}),
+        "pngs": [str(p.relative_to(REPO)) for p in written],
+    }
+    (OUTPUT / "prometheus-dashboards.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def _split_repeated(dash: dict) -> tuple[list[dict], list[dict]]:
