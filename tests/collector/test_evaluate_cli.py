@@ -40,7 +40,7 @@ def server():
 
 def run_cli(server, data: Path, out: Path, *extra: str) -> int:
     return main(["evaluate", str(data), "--judge", "openai/scripted", "--judge-base-url", server.base_url,
-                 "--judge-api-key", "k", "--timeout", "2", "--max-retries", "0", "--no-progress",
+                 "--judge-api-key", "k", "--timeout", "20", "--max-retries", "0", "--no-progress",
                  "--out", str(out), *extra])
 
 

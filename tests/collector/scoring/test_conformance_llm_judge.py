@@ -108,7 +108,7 @@ def variant(ex: dict) -> str | None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e["id"] for e in EXAMPLES] or None)
 async def test_example_through_the_llm_judge_over_http(example: dict) -> None:
     with ScriptedOpenAI(responder=responder_for(example), embedder=embedder_for(example)) as server:
-        judge = LLMJudge("openai/scripted", base_url=server.base_url, api_key="k", timeout=5, max_retries=0,
+        judge = LLMJudge("openai/scripted", base_url=server.base_url, api_key="k", timeout=20, max_retries=0,
                          embedding_model="openai/scripted-embedder")
         options = ScoringOptions(answer_relevancy_variant=variant(example),
                                  answer_correctness_weights=tuple(example.get("weights", (0.75, 0.25))))
