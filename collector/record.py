@@ -75,6 +75,8 @@ class RagRecord(BaseModel):
     def _coerce_contexts(cls, value: Any) -> Any:
         if value is None:
             return []
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ValueError("retrieved_contexts must be a list of strings or of documents")
         out = []
         for item in value:
             if isinstance(item, str):

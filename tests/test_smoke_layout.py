@@ -16,3 +16,10 @@ def test_record_accepts_ragas_rows_and_document_dicts():
 def test_scored_result_rejects_nan():
     with pytest.raises(ValueError):
         MetricResult(metric="faithfulness", status="scored", score=float("nan"))
+
+
+def test_record_rejects_contexts_that_are_not_a_list():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        RagRecord(user_input="q", retrieved_contexts="one string", response="x")
