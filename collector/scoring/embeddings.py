@@ -107,6 +107,8 @@ class LocalEmbedder:
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # No busy-waiting between ops: the collector shares its cores with the app it watches.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
             self._tokenizer = Tokenizer.from_file(str(tokenizer))

