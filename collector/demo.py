@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,10 +99,16 @@ def http_get(url: str, timeout: float = 3.0) -> bytes:
         return resp.read()
 
 
+class Stopped(Exception):
+    """The user stopped the demo (Ctrl-C, SIGTERM) while it was still starting."""
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen | None = None,
-               log_path: Path | None = None) -> None:
+               log_path: Path | None = None, abort: Callable[[], bool] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if abort is not None and abort():
+            raise Stopped(what)
         if proc is not None and proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
             raise RuntimeError(f"{what} exited with code {proc.returncode}:\n{tail}")
@@ -175,9 +181,9 @@ class CollectorProcess(ChildProcess):
     def results_path(self) -> Path:
         return self.data_dir / "results.sqlite"
 
-    def wait_ready(self, timeout: float = 90.0) -> None:
+    def wait_ready(self, timeout: float = 90.0, abort: Callable[[], bool] | None = None) -> None:
         url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        wait_until(lambda: http_get(url) == b"ready\n", timeout, "collector", self.proc, self.log_path)
+        wait_until(lambda: http_get(url) == b"ready\n", timeout, "collector", self.proc, self.log_path, abort)
 
 
 def scaled_rules(text: str, mapping: dict[str, str]) -> str:
@@ -217,9 +223,9 @@ class PrometheusProcess(ChildProcess):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0, abort: Callable[[], bool] | None = None) -> None:
         wait_until(lambda: b"Ready" in http_get(self.url + "/-/ready"), timeout, "prometheus", self.proc,
-                   self.log_path)
+                   self.log_path, abort)
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode(params)
@@ -286,6 +292,12 @@ class Traffic:
         self._pool: list[threading.Thread] = []
         self._work: deque[int] = deque()
         self._work_ready = threading.Condition()
+
+    def snapshot(self, n: int | None = None) -> list[Request]:
+        """The last ``n`` requests (all kept ones when None), oldest first."""
+        with self._lock:
+            recent = list(self.recent)
+        return recent if n is None else recent[-n:]
 
     @property
     def degraded(self) -> bool:
@@ -401,8 +413,7 @@ def mean(values: list[float]) -> float | None:
 
 
 def summary(traffic: Traffic) -> dict[str, Any]:
-    with traffic._lock:
-        recent = list(traffic.recent)
+    recent = traffic.snapshot()
     out: dict[str, Any] = {"sent": traffic.sent, "failed": traffic.failed}
     for flag, name in ((False, "healthy"), (True, "degraded")):
         faith = list(traffic.faithfulness[flag])
@@ -445,9 +456,7 @@ def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str
     for m in SHOWN_METRICS:
         table.add_column(m.replace("_", " "), justify="right")
     table.add_column("trace id")
-    with traffic._lock:
-        recent = list(traffic.recent)[-12:]
-    for r in reversed(recent):
+    for r in reversed(traffic.snapshot(12)):
         cells = []
         for m in SHOWN_METRICS:
             v = r.scores.get(m)
@@ -504,7 +513,7 @@ def run(args: argparse.Namespace) -> int:
         )
         children.append(collector)
         console.print(f"starting the collector (pid {collector.pid}, log {collector.log_path}) ...")
-        collector.wait_ready()
+        collector.wait_ready(abort=stop.is_set)
         urls = {"/metrics": collector.metrics_url,
                 "OTLP": f"{collector.otlp_http_endpoint} (http), {collector.otlp_grpc_endpoint} (grpc)"}
         prometheus: PrometheusProcess | None = None
@@ -518,7 +527,7 @@ def run(args: argparse.Namespace) -> int:
                     metrics_target=f"127.0.0.1:{collector.metrics_port}", rule_mapping=DEMO_WINDOWS,
                     binary=binary)
                 children.append(prometheus)
-                prometheus.wait_ready()
+                prometheus.wait_ready(abort=stop.is_set)
                 urls["Prometheus"] = f"{prometheus.url}  (alerts: {prometheus.url}/alerts)"
         urls["worst records (while running)"] = (f"ragtrace-collector results --metric faithfulness --below 0.7 "
                                  f"--store {collector.results_path}")
@@ -538,9 +547,7 @@ def run(args: argparse.Namespace) -> int:
 
         def tick() -> tuple[int, float]:
             nonlocal alerts, last_alert_poll
-            with traffic._lock:
-                recent = list(traffic.recent)[-60:]
-            scored = reader.fill(recent, traffic.faithfulness)
+            scored = reader.fill(traffic.snapshot(60), traffic.faithfulness)
             if prometheus is not None and time.monotonic() - last_alert_poll > 3:
                 last_alert_poll = time.monotonic()
                 with contextlib.suppress(Exception):
@@ -569,6 +576,8 @@ def run(args: argparse.Namespace) -> int:
                 if finished(elapsed):
                     break
                 stop.wait(0.5)
+    except Stopped:
+        console.print("stopped while starting")
     except (RuntimeError, TimeoutError) as exc:
         console.print(f"[red]demo failed:[/] {exc}")
         code = 1

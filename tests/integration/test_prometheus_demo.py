@@ -88,3 +88,22 @@ def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
         assert not pid_alive(int(pid)), f"{name} (pid {pid}) still running"
     # the collector drained and kept its results
     assert (tmp_path / "demo" / "collector" / "results.sqlite").exists()
+
+
+def test_demo_stops_cleanly_while_starting(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "collector.cli", "demo", "--no-prometheus",
+                             "--data-dir", str(tmp_path / "demo")],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    stopped = re.findall(r"stopped (\w+) \(pid (\d+), exit (-?\d+)\)", out)
+    assert [name for name, _, _ in stopped] == ["collector"], out
+    assert not pid_alive(int(stopped[0][1]))
