@@ -1,10 +1,18 @@
 """SDK overhead, side by side in one run (python bench/sdk_overhead.py [--quick]).
 
 1. Call cost: bare call; raw OpenTelemetry span with 5 string attributes; ``@ragtrace.retriever``
-   returning 5 documents of 1 KB; OpenLLMetry's ``@task`` on the same function (measured in a
-   subprocess with its own interpreter: the current one if ``traceloop-sdk`` is importable, else
-   the venv at ``$RAGTRACE_OPENLLMETRY_PYTHON`` or ~/.cache/ragtrace-bench/openllmetry; otherwise
-   reported as not measured). All spans go through a BatchSpanProcessor to a discarding exporter.
+   returning 5 documents of 1 KB; OpenLLMetry's ``@task`` on the same function, measured in a
+   subprocess: the current interpreter if ``traceloop-sdk`` is importable, else the Python at
+   ``$RAGTRACE_OPENLLMETRY_PYTHON`` (default ~/.cache/ragtrace-bench/openllmetry/bin/python, a
+   venv kept apart so the project's pins are untouched); otherwise reported as not measured.
+   That venv was made with ``pip install --no-deps traceloop-sdk==0.62.4`` plus its core
+   requirements (opentelemetry-api/sdk/exporters 1.45.2, -instrumentation 0.66b2,
+   -instrumentation-logging/-threading, semantic-conventions-ai, aiohttp, colorama, cuid,
+   deprecated, jinja2, pydantic, tenacity, httpx): its ~45 per-vendor instrumentation packages
+   do not resolve together against the package index available here, and ``@task`` needs none
+   of them (``Traceloop.init(instruments=set())``).
+   All spans go through a BatchSpanProcessor to a discarding exporter; figures are CPU time
+   of the calling thread, best of interleaved batches.
 2. Streaming: ``@ragtrace.generator`` over a generator of N chunks vs the bare generator;
    marginal cost per chunk = slope between 1,000 and 10,000 chunks, traced minus bare.
 3. Export: total process CPU (all threads: app + BatchSpanProcessor + OTLP/HTTP encoding and
@@ -135,8 +143,8 @@ def bench_openllmetry(n: int) -> dict | str:
     if OL_VENV.exists():
         candidates.append(str(OL_VENV))
     if not candidates:
-        return "not measured: traceloop-sdk not installed (python3 -m venv ~/.cache/ragtrace-bench/openllmetry && " \
-               "~/.cache/ragtrace-bench/openllmetry/bin/pip install traceloop-sdk)"
+        return "not measured: traceloop-sdk not importable here and no venv at " + str(OL_VENV) + \
+               " (see this file's docstring for how it was made)"
     try:
         out = subprocess.run([candidates[0], "-c", OL_SCRIPT, json.dumps(DOCS), str(n)], capture_output=True,
                              text=True, timeout=600, cwd="/tmp")
@@ -224,8 +232,18 @@ def bench_export_cpu(n: int) -> dict[str, float]:
     try:
         rag, retrieve, bare_rag = make_app()
         handle = ragtrace.init(endpoint=f"http://127.0.0.1:{port}", set_global=False, max_queue_size=100_000)
+        tracer = handle.provider.get_tracer("raw")
+
+        def raw(query):
+            with tracer.start_as_current_span("raw") as s:
+                for i in range(5):
+                    s.set_attribute(f"a{i}", query)
+                return DOCS
+
+        quiet = ragtrace.retriever(name="retrieve_quiet", capture_content=False)(lambda query: DOCS)
         res = {}
-        for name, fn in (("bare request (no tracing)", bare_rag), ("@retriever span 5x1KB", retrieve),
+        for name, fn in (("bare request (no tracing)", bare_rag), ("raw OTel span, 5 attrs", raw),
+                         ("@retriever span 5x1KB", retrieve), ("@retriever 5x1KB, capture off", quiet),
                          ("traced request (3 spans)", rag)):
             handle.force_flush(30)
             c0 = time.process_time()
