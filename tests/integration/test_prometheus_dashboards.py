@@ -158,6 +158,14 @@ def scenario(tmp_path_factory):
                         per_metric[(metric, title, ref)] = query_range(prom, expr, start, end)
         out["panel_data"] = data
         out["per_metric"] = per_metric
+        variables = {}
+        for dash in load_dashboards():
+            for var in dash["templating"]["list"]:
+                if var["type"] == "query":
+                    inner, label = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", var["query"]["query"], re.S).groups()
+                    series = prom.api("series", **{"match[]": substitute(inner, PANEL_VARS)}, start=start, end=end)
+                    variables[(dash["uid"], var["name"])] = sorted({s_[label] for s_ in series if label in s_})
+        out["variables"] = variables
         out["exemplars"] = prom.api("query_exemplars", query='ragtrace_eval_score_bucket{metric="faithfulness"}',
                                     start=start, end=end)
         out["ttft_exemplars"] = prom.api("query_exemplars", query="ragtrace_time_to_first_token_seconds_bucket",
@@ -197,6 +205,17 @@ def test_every_panel_query_returns_data(scenario):
 
         warnings.warn("the example reported no token usage; without data: " + "; ".join(waived))
     assert len(data) >= 40
+
+
+def test_template_variables_list_the_traffic(scenario):
+    for (uid, name), values in scenario["variables"].items():
+        assert values, f"{uid}: variable {name} lists nothing"
+        if name == "service":
+            assert "rag-demo" in values
+        if name == "pipeline":
+            assert "elements-qa" in values
+        if name == "metric":
+            assert {"faithfulness", "hallucination", "answer_relevancy"} <= set(values)
 
 
 def test_quality_panels_show_the_drop(scenario):

@@ -96,9 +96,11 @@ def test_demo_stops_cleanly_while_starting(tmp_path):
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        time.sleep(1.0)
+        first = proc.stdout.readline()  # printed once the signal handlers are installed
+        assert first.startswith("starting the collector"), first
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
+        out = first + out
     finally:
         if proc.poll() is None:
             proc.kill()
