@@ -51,7 +51,7 @@ TEST_WINDOWS = {
     ">= 100": ">= 30",
 }
 HEALTHY_SECONDS = 20
-ALERT_TIMEOUT = 60
+ALERT_TIMEOUT = 90  # the alert usually arrives ~20s after the faults; slack for a loaded machine
 RATE = 5.0
 # Grafana's variables for the test: short windows to match the test's rule windows.
 PANEL_VARS = {"__rate_interval": "10s", "window": "20s"}
