@@ -111,3 +111,23 @@ def test_cli_sends_requests_over_otlp(tmp_path):
     assert len(roots) == 3
     assert sum("degraded" in (r["attributes"].get(A.TAG_TAGS) or []) for r in roots) == 1
     assert all(r["resource"]["service.name"] == "ragtrace-example" for r in roots)
+
+
+def test_litellm_generator_streams_from_an_openai_compatible_server(exporter, monkeypatch):
+    from tests.support.scripted_openai import ScriptedOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    q = QUESTIONS[1]
+    with ScriptedOpenAI() as server:
+        server.push("Helium was discovered in 1868 by Pierre Janssen and Norman Lockyer.")
+        app = RagApp(model="openai/scripted-model", api_base=server.base_url, token_delay=0.0)
+        ans = app.answer(q["question"], add_unsupported_claim=True)
+        sent = server.chat_requests()[0].body
+    assert ans.text.startswith("Helium was discovered in 1868") and "Niels Bohr" in ans.text
+    assert sent["stream"] is True and "Context:" in sent["messages"][-1]["content"]
+    g = dict(by_name(exporter)["llm_answer"].attributes)
+    assert g[A.GEN_AI_REQUEST_MODEL] == "openai/scripted-model" and g[A.GEN_AI_PROVIDER_NAME] == "openai"
+    assert g[A.OUTPUT_VALUE].startswith("Helium was discovered in 1868")
+    assert g[A.GEN_AI_USAGE_OUTPUT_TOKENS] > 1 and g[A.RAGTRACE_TPOT_BASIS] == "tokens"
+    assert json.loads(g[A.RAGTRACE_CONTEXTS]) == ans.contexts
+    assert json.loads(g[A.GEN_AI_INPUT_MESSAGES])[0]["role"] == "system"

@@ -358,8 +358,35 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             logged.prompt_tokens = payload["usage"]["prompt_tokens"]
             logged.completion_tokens = payload["usage"]["completion_tokens"]
             try:
-                self._send_json(200, payload)
+                if body.get("stream"):
+                    self._send_sse(payload, bool((body.get("stream_options") or {}).get("include_usage")))
+                else:
+                    self._send_json(200, payload)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                 pass
+
+        def _send_sse(self, payload: dict[str, Any], include_usage: bool) -> None:
+            """``stream: true``: the same reply as OpenAI server-sent events, one chunk per word
+            (added for the SDK's streaming tests; usage in a last chunk when asked for)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+                    "model": payload["model"]}
+            text = payload["choices"][0]["message"]["content"] or ""
+            words = re.findall(r"\S+\s*|\s+", text) or [""]
+            events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": w} if i == 0
+                                            else {"content": w}, "finish_reason": None}]}
+                      for i, w in enumerate(words)]
+            events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if include_usage:
+                events.append({**base, "choices": [], "usage": payload["usage"]})
+            for ev in events:
+                self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
     return Handler
