@@ -323,3 +323,42 @@ def test_works_without_init_as_a_noop():
 
     SETTINGS.tracer = trace.get_tracer("ragtrace")  # global proxy: no-op unless an app set a provider
     assert rag("no tracing configured") == "Paris is the capital."
+
+
+def test_sampled_out_requests_record_nothing_and_still_nest_context():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    from tests.ragtrace.conftest import _reset_settings
+
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    ragtrace.init(tracer_provider=tp, set_global=False)
+    try:
+        assert rag("not sampled") == "Paris is the capital."
+        assert exporter.get_finished_spans() == ()
+    finally:
+        _reset_settings()
+        tp.shutdown()
+
+
+def test_default_endpoint_and_protocol(monkeypatch):
+    from tests.ragtrace.conftest import _reset_settings
+
+    for k in ("RAGTRACE_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+              "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "RAGTRACE_PROTOCOL"):
+        monkeypatch.delenv(k, raising=False)
+    h = ragtrace.init(set_global=False)
+    g = ragtrace.init(protocol="grpc", set_global=False)
+    try:
+        assert (h.protocol, h.endpoint) == ("http/protobuf", "http://127.0.0.1:4318/v1/traces")
+        assert (g.protocol, g.endpoint) == ("grpc", "http://127.0.0.1:4317")
+        with pytest.raises(ValueError):
+            ragtrace.init(protocol="http/json", set_global=False)
+    finally:
+        h.shutdown(1.0)
+        g.shutdown(1.0)
+        _reset_settings()
