@@ -2,6 +2,7 @@
 
     ragtrace-collector results --metric faithfulness --below 0.5 [--limit 20] [--json]
     ragtrace-collector results --metric hallucination --above 0.3
+    ragtrace-collector results --summary [--pipeline support] [--json]
 
 Reads the local results store (``export.results_path`` of the config, default
 ``<data_dir>/results.sqlite``; ``--store`` names the file directly). "Worst" follows the metric's
@@ -24,7 +25,9 @@ MAX_TEXT = 160
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metric", required=True, help="metric name, e.g. faithfulness")
+    parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary)")
+    parser.add_argument("--summary", action="store_true",
+                        help="per metric: counts by status, mean and sampling-weighted mean score")
     parser.add_argument("--below", type=float, default=None, help="only scores strictly below this")
     parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
     parser.add_argument("--pipeline", default=None, help="only this pipeline")
@@ -89,16 +92,38 @@ def print_table(rows: list[StoredResult], out: TextIO) -> None:
             out.write(f"    unsupported: {_short(claim)}\n")
 
 
+def print_summary(rows: list[dict[str, Any]], out: TextIO) -> None:
+    out.write(f"{'metric':<28} {'scored':>7} {'skipped':>7} {'error':>6} {'mean':>7} {'weighted':>8}\n")
+    for r in rows:
+        mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
+        weighted = "-" if r["weighted_mean"] is None else f"{r['weighted_mean']:.3f}"
+        out.write(f"{r['metric']:<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n")
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.limit < 1:
         print("--limit must be at least 1", file=sys.stderr)
+        return 2
+    if not args.summary and not args.metric:
+        print("give --metric NAME (the worst records of one metric) or --summary", file=sys.stderr)
         return 2
     path = store_path(args)
     if not path.exists():
         print(f"no results store at {path} (has the collector scored anything yet?)", file=sys.stderr)
         return 1
     store = ResultsStore(path)
+    if args.summary:
+        try:
+            summary = store.summary(pipeline=args.pipeline)
+        finally:
+            store.close()
+        if args.json:
+            for row in summary:
+                out.write(json.dumps(row) + "\n")
+        else:
+            print_summary(summary, out)
+        return 0
     try:
         rows = store.worst(args.metric, below=args.below, above=args.above, limit=args.limit, pipeline=args.pipeline)
         if not rows and args.metric not in store.metrics():

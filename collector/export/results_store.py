@@ -208,6 +208,29 @@ class ResultsStore:
             rows = self._db.execute(sql, params).fetchall()
         return [_row(r) for r in rows]
 
+    def summary(self, pipeline: str | None = None) -> list[dict[str, Any]]:
+        """Per metric: results by status, mean score, and the sampling-weighted mean score (each
+        record weighs 1 / its sampling probability, so it estimates the mean over all traffic)."""
+        where, params = _where(pipeline=pipeline)
+        sql = (
+            "SELECT metric, "
+            "SUM(status = 'scored'), SUM(status = 'skipped'), SUM(status = 'error'), "
+            "AVG(CASE WHEN status = 'scored' THEN score END), "
+            "SUM(CASE WHEN status = 'scored' THEN score * sampling_weight END) "
+            "/ SUM(CASE WHEN status = 'scored' THEN sampling_weight END), "
+            "MAX(higher_is_better) "
+            f"FROM results{where} GROUP BY metric ORDER BY metric"
+        )
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [
+            {
+                "metric": m, "scored": int(sc or 0), "skipped": int(sk or 0), "error": int(er or 0),
+                "mean": mean, "weighted_mean": wmean, "higher_is_better": bool(hib),
+            }
+            for m, sc, sk, er, mean, wmean, hib in rows
+        ]
+
     def metrics(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT metric FROM results ORDER BY metric")]

@@ -73,3 +73,27 @@ def test_store_path_from_config(tmp_path, monkeypatch):
     out = io.StringIO()
     assert results_cmd.run(parse(["--metric", "faithfulness", "--config", str(cfg), "--json"]), out) == 0
     assert len(out.getvalue().splitlines()) == 4
+
+
+def test_summary_with_weighted_mean(tmp_path):
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    store.add(RagRecord(trace_id="a" * 32, pipeline="qa"), [MetricResult("faithfulness", "scored", 1.0)], "local")
+    store.add(RagRecord(trace_id="b" * 32, pipeline="qa", sampling_weight=3.0),
+              [MetricResult("faithfulness", "scored", 0.0), MetricResult("bleu", "skipped", reason="no reference")], "local")
+    store.close()
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--json", "--store", str(path)]), out) == 0
+    rows = {r["metric"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert rows["faithfulness"]["scored"] == 2 and rows["faithfulness"]["mean"] == 0.5
+    assert rows["faithfulness"]["weighted_mean"] == 0.25  # (1*1 + 3*0) / 4
+    assert rows["bleu"]["skipped"] == 1 and rows["bleu"]["mean"] is None
+    table = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--store", str(path)]), table) == 0
+    assert "faithfulness" in table.getvalue() and "0.250" in table.getvalue()
+
+
+def test_metric_or_summary_is_required(tmp_path, capsys):
+    fill(tmp_path / "r.sqlite")
+    assert results_cmd.run(parse(["--store", str(tmp_path / "r.sqlite")])) == 2
+    assert "--summary" in capsys.readouterr().err
