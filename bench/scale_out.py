@@ -311,11 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             tok = budget_run(srv, workdir, judge_url, args.concurrency, args.budget_traces,
                              {"rate": 1.0, "budget": {"judge_tokens_per_hour": args.budget_tokens}}, 0.1, "tph")
             per_record = tok["tokens_shared"] / max(1, tok["scored"])
+            held = tok["tokens_shared"] <= args.budget_tokens + per_record
             print(f"  judge_tokens_per_hour={args.budget_tokens}: sent {tok['sent']} over {tok['seconds']:.1f}s, admitted "
                   f"{tok['admitted']}, refused {tok['refused_tokens']} (budget_tokens), scored {tok['scored']}; tokens "
-                  f"counted in Redis {tok['tokens_shared']} (judge metrics {tok['tokens_judge']}), ~{per_record:.0f}/record; "
-                  f"overshoot {max(0, tok['tokens_shared'] - args.budget_tokens)} tokens = records already admitted "
-                  f"when the limit was reached")
+                  f"spent {tok['tokens_shared']} in Redis (judge metrics {tok['tokens_judge']}), ~{per_record:.0f}/record; "
+                  f"overshoot {max(0, tok['tokens_shared'] - args.budget_tokens)} (records admitted before their cost was "
+                  f"known, priced at the running average) -> {'HELD' if held else 'EXCEEDED'} within one record's cost")
     finally:
         srv.cleanup()
         os.kill(judge.pid, signal.SIGTERM)
