@@ -66,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prometheus", action="store_true", help="do not start a Prometheus")
     parser.add_argument("--sampling-rate", type=float, default=1.0,
                         help="fraction of records scored (default 1)")
+    parser.add_argument("--judge", default="local",
+                        help="judge: 'local' (embedded, offline; default) or a litellm model name")
     parser.add_argument("--protocol", choices=["http/protobuf", "grpc"], default="http/protobuf",
                         help="OTLP protocol the example uses (default http/protobuf)")
     parser.add_argument("--data-dir", default=None,
@@ -509,7 +511,7 @@ def run(args: argparse.Namespace) -> int:
         collector = CollectorProcess(
             workdir / "collector",
             http_port=pick_port(4318), grpc_port=pick_port(4317), metrics_port=pick_port(9464),
-            sampling_rate=args.sampling_rate,
+            sampling_rate=args.sampling_rate, judge=args.judge,
         )
         children.append(collector)
         console.print(f"starting the collector (pid {collector.pid}, log {collector.log_path}) ...")
