@@ -46,11 +46,20 @@ def _env(*names: str) -> str | None:
     return None
 
 
+_TRUE = ("1", "true", "yes", "on")
+# opentelemetry-util-genai's content-capturing modes: content on spans or not
+_CAPTURE_MODES = {"span_only": True, "span_and_event": True, "event_only": False, "no_content": False}
+
+
 def _env_bool(*names: str) -> bool | None:
+    """A boolean from the environment; also accepts the GenAI capture modes (SPAN_ONLY, NO_CONTENT...)."""
     v = _env(*names)
     if v is None:
         return None
-    return v.lower() in ("1", "true", "yes", "on")
+    low = v.lower()
+    if low in _CAPTURE_MODES:
+        return _CAPTURE_MODES[low]
+    return low in _TRUE
 
 
 def _env_int(*names: str) -> int | None:

@@ -71,6 +71,13 @@ def test_env_var_turns_content_capture_off(spans, monkeypatch):
     _no_text(spans)
 
 
+def test_genai_capture_modes_are_understood(spans, monkeypatch):
+    for value, expected in (("SPAN_ONLY", True), ("NO_CONTENT", False), ("true", True), ("0", False)):
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", value)
+        ragtrace.init(tracer_provider=spans_provider(spans), set_global=False)
+        assert SETTINGS.capture_content is expected, value
+
+
 def test_env_var_applies_without_init():
     code = textwrap.dedent("""
         import ragtrace
