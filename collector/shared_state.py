@@ -33,7 +33,6 @@ import threading
 import time
 from typing import Any
 
-import redis
 
 from collector.assembly import (
     REASON_EVICTED,

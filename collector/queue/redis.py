@@ -27,7 +27,6 @@ socket connect timeout, and not at all while Redis is known to be down.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -95,6 +94,23 @@ end
 return #due
 """
 
+
+# Oldest enqueue time among the first entries of the stream and of the delayed set (read in Redis,
+# so a scrape does not transfer whole records).
+_OLDEST = """
+local oldest = false
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+if #first > 0 then
+  local f = first[1][2]
+  for i = 1, #f, 2 do if f[i] == 't' then oldest = tonumber(f[i + 1]) end end
+end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, 19)) do
+  local t = tonumber(cjson.decode(m).t)
+  if t and (not oldest or t < oldest) then oldest = t end
+end
+if not oldest then return false end
+return tostring(oldest)
+"""
 
 # Extend: reset the entry's idle time (what XAUTOCLAIM measures) if this consumer still holds it.
 _EXTEND = """
@@ -209,6 +225,7 @@ class RedisStreamQueue(RecordQueue):
         self._release = self._r.register_script(_RELEASE)
         self._promote = self._r.register_script(_PROMOTE)
         self._extend = self._r.register_script(_EXTEND)
+        self._oldest = self._r.register_script(_OLDEST)
 
         # Receiver-side fallback while Redis is unreachable.
         self.buffer_size = int(buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth)))
@@ -418,11 +435,9 @@ class RedisStreamQueue(RecordQueue):
         """Age of the oldest record: first stream entry, the earliest released ones, the local buffer."""
         times: list[float] = []
         try:
-            first = self._r.xrange(self.stream, "-", "+", count=1)
-            if first:
-                times.append(float(first[0][1].get("t", 0.0)))
-            for member in self._r.zrange(self.delayed, 0, 49):
-                times.append(float(json.loads(member).get("t", 0.0)))
+            oldest = self._oldest(keys=[self.stream, self.delayed])
+            if oldest is not None:
+                times.append(float(oldest))
         except UNAVAILABLE:
             pass
         with self._buf_lock:
