@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from collector.queue.redis import UNAVAILABLE, _split_url, connect
+from collector.queue.redis import UNAVAILABLE, split_url, connect
 from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Budget, LocalBudget
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class RedisBudget(Budget):
         initial_tokens_per_record: float = 1000.0,
         pending_seconds: float = 300.0,
     ) -> None:
-        _, opts = _split_url(url)
+        _, opts = split_url(url)
         self.prefix = prefix or opts.get("prefix", "ragtrace")
         self.records_per_minute = records_per_minute
         self.judge_tokens_per_hour = judge_tokens_per_hour

@@ -41,7 +41,7 @@ from collector.assembly import (
     CompletedTrace,
     InMemoryAssemblyState,
 )
-from collector.queue.redis import UNAVAILABLE, _split_url, connect
+from collector.queue.redis import UNAVAILABLE, split_url, connect
 from collector.receiver.spans import SpanData
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class RedisAssemblyState(AssemblyState):
         prefix: str | None = None,
         retry_interval: float = 1.0,
     ) -> None:
-        _, opts = _split_url(url)
+        _, opts = split_url(url)
         self.prefix = prefix or opts.get("prefix", "ragtrace")
         self.grace = grace_seconds
         self.max_wait = max_wait_seconds

@@ -121,7 +121,7 @@ return 1
 """
 
 
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
+def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Separate our own query options (prefix, group, buffer) from what redis-py understands."""
     parts = urlsplit(url)
     ours, theirs = {}, []
@@ -135,7 +135,7 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
 
 def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> redis.Redis:
     """A thread-safe client with short timeouts: callers degrade rather than hang on a dead Redis."""
-    base, _ = _split_url(url)
+    base, _ = split_url(url)
     return redis.Redis.from_url(
         base,
         decode_responses=True,
@@ -210,7 +210,7 @@ class RedisStreamQueue(RecordQueue):
     def __init__(self, url: str, max_depth: int = 10000, *, consumer: str | None = None,
                  buffer_size: int | None = None, prefix: str | None = None,
                  retry_interval: float = 0.5) -> None:
-        _, opts = _split_url(url)
+        _, opts = split_url(url)
         self.url = url
         self.max_depth = int(max_depth)
         self.prefix = prefix or opts.get("prefix", "ragtrace")
