@@ -11,7 +11,8 @@ Layout (``prefix`` defaults to ``ragtrace``)::
 
 Delivery: receivers ``XADD``; workers ``XREADGROUP``; ``ack`` is ``XACK`` + ``XDEL`` (so the
 stream length is the queue depth); entries pending on a worker that died are taken over with
-``XAUTOCLAIM`` once idle longer than the lease. ``release`` moves the entry into the delayed set,
+``XAUTOCLAIM`` once idle longer than the lease — or sooner, with ``XCLAIM``, once the dead worker's
+liveness key (``{prefix}:alive:{consumer}``, renewed every 2 s for 10 s) has expired. ``release`` moves the entry into the delayed set,
 from which the next ``lease`` of any worker puts it back on the stream when due (Redis ``TIME``,
 so clocks of different machines do not matter).
 
@@ -209,7 +210,7 @@ class RedisStreamQueue(RecordQueue):
 
     def __init__(self, url: str, max_depth: int = 10000, *, consumer: str | None = None,
                  buffer_size: int | None = None, prefix: str | None = None,
-                 retry_interval: float = 0.5) -> None:
+                 retry_interval: float = 0.5, alive_interval: float = 2.0, alive_ttl: float = 10.0) -> None:
         _, opts = split_url(url)
         self.url = url
         self.max_depth = int(max_depth)
@@ -249,6 +250,10 @@ class RedisStreamQueue(RecordQueue):
         self._group_ready = False
         self._next_reap = 0.0
         self.reap_idle_ms = 3600 * 1000
+        self.alive_interval = alive_interval
+        self.alive_ttl = alive_ttl
+        self._heartbeat: threading.Thread | None = None
+        self._next_housekeeping = 0.0
 
     # ------------------------------------------------------------------ receiving side
     def put(self, record: RagRecord) -> bool:
@@ -349,24 +354,83 @@ class RedisStreamQueue(RecordQueue):
             self._ensure_group()
             return self._lease(n, lease_seconds)
 
-    def _reap_consumers(self) -> None:
-        """Forget consumers (past worker processes) that hold nothing and were idle for an hour."""
-        now = time.monotonic()
-        if now < self._next_reap:
+    # Liveness: a consumer that leases keeps {prefix}:alive:{consumer} set (a heartbeat thread renews
+    # it every ``alive_interval``, for ``alive_ttl``). Entries pending on a consumer whose key is gone
+    # (the process was killed) are taken over once idle for ``alive_ttl``, without waiting for the lease.
+    def _alive_key(self, consumer: str) -> str:
+        return f"{self.prefix}:alive:{consumer}"
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is not None:
             return
-        self._next_reap = now + 60.0
-        for c in self._r.xinfo_consumers(self.stream, self.group):
-            if c["name"] != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) > self.reap_idle_ms:
-                self._r.xgroup_delconsumer(self.stream, self.group, c["name"])
+        self._r.set(self._alive_key(self.consumer), "1", ex=max(1, int(self.alive_ttl)))
+
+        def beat() -> None:
+            while not self._closing.wait(self.alive_interval):
+                try:
+                    self._r.set(self._alive_key(self.consumer), "1", ex=max(1, int(self.alive_ttl)))
+                except UNAVAILABLE:
+                    pass  # Redis away: nobody can take our entries meanwhile either
+
+        self._heartbeat = threading.Thread(target=beat, name="ragtrace-redis-alive", daemon=True)
+        self._heartbeat.start()
+
+    def _consumers_housekeeping(self) -> list[str]:
+        """Names of dead consumers still holding entries; forgets consumers idle and empty for an hour."""
+        now = time.monotonic()
+        if now < self._next_housekeeping:
+            return []
+        self._next_housekeeping = now + self.alive_interval
+        dead = []
+        consumers = [c for c in self._r.xinfo_consumers(self.stream, self.group) if c["name"] != self.consumer]
+        holding = [c for c in consumers if int(c["pending"]) > 0 and int(c["idle"]) >= self.alive_ttl * 1000]
+        if holding:
+            pipe = self._r.pipeline(transaction=False)
+            for c in holding:
+                pipe.exists(self._alive_key(c["name"]))
+            dead = [c["name"] for c, alive in zip(holding, pipe.execute()) if not alive]
+        if now >= self._next_reap:
+            self._next_reap = now + 60.0
+            for c in consumers:
+                if int(c["pending"]) == 0 and int(c["idle"]) > self.reap_idle_ms:
+                    self._r.xgroup_delconsumer(self.stream, self.group, c["name"])
+        return dead
+
+    def _take_over(self, dead: list[str], n: int) -> list[tuple[str, dict, int]]:
+        """Claim up to ``n`` entries of dead consumers; XCLAIM's min-idle makes concurrent takers exclusive."""
+        out: list[tuple[str, dict, int]] = []
+        min_idle = int(self.alive_ttl * 1000)
+        for name in dead:
+            if len(out) >= n:
+                break
+            infos = self._r.xpending_range(self.stream, self.group, "-", "+", n - len(out), consumername=name)
+            ids = [i["message_id"] for i in infos]
+            if not ids:
+                continue
+            delivered = {i["message_id"]: int(i["times_delivered"]) for i in infos}
+            for entry_id, fields in self._r.xclaim(self.stream, self.group, self.consumer, min_idle, ids):
+                if fields is None:  # deleted from the stream meanwhile (acked late)
+                    self._r.xack(self.stream, self.group, entry_id)
+                    continue
+                out.append((entry_id, fields, delivered.get(entry_id, 1) + 1))
+        return out
 
     def _lease(self, n: int, lease_seconds: float) -> list[Leased]:
-        self._reap_consumers()
+        self._start_heartbeat()
         self._promote(keys=[self.stream, self.delayed], args=[max(n, 10)])
         out: list[Leased] = []
+        dead = self._consumers_housekeeping()
+        for entry_id, fields, deliveries in self._take_over(dead, n) if dead else []:
+            leased = self._to_leased(entry_id, fields, deliveries)
+            if leased is not None:
+                self.reclaimed += 1
+                out.append(leased)
+        if len(out) >= n:
+            return out
         # Entries idle on another consumer longer than the lease: that worker died or stalled.
         cursor, claimed, _deleted = self._r.xautoclaim(
             self.stream, self.group, self.consumer, int(lease_seconds * 1000),
-            start_id=self._claim_cursor, count=n,
+            start_id=self._claim_cursor, count=n - len(out),
         )
         self._claim_cursor = cursor if isinstance(cursor, str) else "0-0"
         if claimed:
@@ -475,6 +539,11 @@ class RedisStreamQueue(RecordQueue):
 
     def close(self) -> None:
         self._closing.set()
+        if self._heartbeat is not None:
+            try:
+                self._r.delete(self._alive_key(self.consumer))
+            except UNAVAILABLE:
+                pass
         if self._buffer:
             self.flush_buffer()
         if self._flusher is not None:

@@ -278,3 +278,26 @@ def test_outage_under_concurrent_puts_loses_and_duplicates_nothing(tmp_path, pre
         q.close()
     finally:
         srv.cleanup()
+
+
+def test_killed_consumers_entries_are_taken_over_before_the_lease_ends(server, prefix):
+    q = make(server, prefix)
+    for i in range(3):
+        q.put(rec(i))
+    kw = {"alive_interval": 0.2, "alive_ttl": 1.0}
+    dead = make(server, prefix, consumer="killed", **kw)
+    alive = make(server, prefix, consumer="slow-but-alive", **kw)
+    assert len(dead.lease(2, lease_seconds=60)) == 2
+    assert len(alive.lease(1, lease_seconds=60)) == 1
+    dead._closing.set()  # its heartbeat stops, as when the process is killed (no close(), no cleanup)
+    taker = make(server, prefix, consumer="taker", **kw)
+    assert taker.lease(5, lease_seconds=60) == []  # still alive as far as anyone can tell
+    time.sleep(1.3)
+    got = taker.lease(5, lease_seconds=60)  # 60 s lease, taken over after ~1 s
+    assert sorted(g.record.trace_id for g in got) == [f"{0:032x}", f"{1:032x}"]
+    assert all(g.attempts == 2 for g in got) and taker.reclaimed == 2
+    other = make(server, prefix, consumer="other", **kw)
+    time.sleep(1.1)
+    assert other.lease(5, lease_seconds=60) == []  # the live holder keeps its entry; no second taker
+    alive.close()
+    taker.close()

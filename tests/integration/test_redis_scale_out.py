@@ -5,7 +5,7 @@ real redis-server, fed by the real OTel OTLP exporter.
   receiver B — the shared assembly state in Redis makes one record of them;
 * a judge budget of 24 records per minute holds across both receivers;
 * worker 3 scores a few records, then its judge hangs and it is killed with SIGKILL holding leased
-  records; the other workers take them over (XAUTOCLAIM) once the lease (6 s, renewed while a worker lives) lapses;
+  records; the other workers take them over once its liveness key expires (10 s), before its 60 s lease;
 * every sampled record is scored exactly once in the summed ``ragtrace_evaluations_total`` of the workers
   (the killed worker's share read from its last scrape, taken while it could no longer finish anything),
   and exactly one Redis scored mark exists per record;
@@ -210,7 +210,7 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
             else:
                 c["judge"] = {"model": "openai/scripted", "base_url": judge_url, "api_key": "k",
                               "concurrency": 2, "timeout_seconds": 300, "max_retries": 0}
-                c["scoring"] = {"metrics": [METRIC], "concurrency": 2, "lease_seconds": 6}
+                c["scoring"] = {"metrics": [METRIC], "concurrency": 2, "lease_seconds": 60}
             return c
 
         ra = Proc("receiver-a", tmp_path, cfg("receiver", "receiver-a"))
@@ -254,9 +254,11 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
         w3_counted = total(w3_last, "ragtrace_evaluations_total", metric=METRIC)
         assert w3_counted >= 1
         w3.stop(signal.SIGKILL)
-        # Its leased records come back to workers 1 and 2 once the 6 s lease lapses (its heartbeat renewed
-        # the lease while it lived, so a slow live worker keeps its records); all 24 get scored.
-        wait_until(lambda: len(marks()) >= BUDGET_RPM, 45, "all wave-1 records scored")
+        # Its leased records go to workers 1 and 2 once its liveness key lapses (10 s), long before its
+        # 60 s lease would; a slow but live worker keeps its records. All 24 get scored.
+        killed_at = time.monotonic()
+        wait_until(lambda: len(marks()) >= BUDGET_RPM, 40, "all wave-1 records scored")
+        assert time.monotonic() - killed_at < 40  # < the 60 s lease: taken over because it died
         assert marks() <= set(wave1)
         live = [w1, w2]
         wait_until(lambda: sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live)
