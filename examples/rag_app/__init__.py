@@ -3,7 +3,7 @@ reranker, and a streaming generator (litellm when a model is configured, else of
 
 Public entry points (stable; ``collector/demo.py`` builds on them):
 
-``examples.rag_app.app.RagApp(*, top_k=3, candidates=8, model=None, api_base=None, token_delay=0.004,
+``examples.rag_app.app.RagApp(*, top_k=3, candidates=8, model=None, api_base=None, token_delay=0.004, prefill_delay=0.0,
 drop_best=False, add_unsupported_claim=False, slow_first_token=0.0)``
     ``model``/``api_base`` default to env ``RAGTRACE_EXAMPLE_MODEL``/``RAGTRACE_EXAMPLE_API_BASE``
     (a litellm model name; unset → the offline extractive generator, no network).

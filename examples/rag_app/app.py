@@ -48,13 +48,14 @@ class RagApp:
 
     Fault knobs (constructor defaults, overridable per call): ``drop_best`` removes the best
     passage from the retrieval results, ``add_unsupported_claim`` appends an invented claim
-    to the answer, ``slow_first_token`` delays the first streamed token (seconds).
+    to the answer, ``slow_first_token`` delays the first streamed token (seconds). ``token_delay`` and
+    ``prefill_delay`` give the offline generator a served model's latency shape.
     ``answer(q, degrade=True)`` turns all three on.
     """
 
     def __init__(self, *, corpus_path: Path | str = CORPUS_PATH, top_k: int = 3, candidates: int = 8,
                  model: str | None = None, api_base: str | None = None, token_delay: float = 0.004,
-                 drop_best: bool = False, add_unsupported_claim: bool = False,
+                 prefill_delay: float = 0.0, drop_best: bool = False, add_unsupported_claim: bool = False,
                  slow_first_token: float = 0.0) -> None:
         self.passages = load_corpus(corpus_path)
         self.index = BM25Index(self.passages)
@@ -63,6 +64,7 @@ class RagApp:
         self.model = model if model is not None else os.environ.get("RAGTRACE_EXAMPLE_MODEL") or None
         self.api_base = api_base if api_base is not None else os.environ.get("RAGTRACE_EXAMPLE_API_BASE") or None
         self.token_delay = token_delay
+        self.prefill_delay = prefill_delay  # offline generator: seconds per 1,000 prompt tokens before the first token
         self.drop_best = drop_best
         self.add_unsupported_claim = add_unsupported_claim
         self.slow_first_token = slow_first_token
@@ -88,8 +90,9 @@ class RagApp:
     def generate_offline(self, question: str, contexts: list[str], slow_first_token: float = 0.0,
                          extra_claim: str | None = None) -> Iterator[str]:
         yield from extractive_stream(question, contexts, token_delay=self.token_delay,
+                                     prefill_delay=self.prefill_delay,
                                      slow_first_token=slow_first_token, extra_claim=extra_claim,
-                                     idf=self.index.idf)
+                                     idf=self.index.idf, with_usage=True)
 
     @ragtrace.generator(name="llm_answer")
     def generate_llm(self, question: str, contexts: list[str], messages: list[dict], model: str,

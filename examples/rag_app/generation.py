@@ -39,14 +39,23 @@ def best_sentences(question: str, contexts: list[str], n: int = 2,
 
 
 def extractive_stream(question: str, contexts: list[str], *, token_delay: float = 0.0,
-                      slow_first_token: float = 0.0, extra_claim: str | None = None,
-                      idf: dict[str, float] | None = None) -> Iterator[str]:
-    """Yield the answer as word tokens (each with its trailing whitespace)."""
+                      prefill_delay: float = 0.0, slow_first_token: float = 0.0,
+                      extra_claim: str | None = None, idf: dict[str, float] | None = None,
+                      with_usage: bool = False) -> Iterator[Any]:
+    """Yield the answer as word tokens (each with its trailing whitespace).
+
+    Shaped like a served model so latency dashboards have something real to show: the first token
+    waits ``prefill_delay`` seconds per 1,000 prompt tokens (plus ``slow_first_token``), then one
+    token every ``token_delay`` seconds. With ``with_usage`` the stream ends with an OpenAI-shaped
+    chunk carrying token usage (prompt and completion counted as whitespace-separated words).
+    """
     answer = " ".join(best_sentences(question, contexts, idf=idf)) or "I could not find this in the documents."
     if extra_claim:
         answer = f"{answer} {extra_claim}"
-    if slow_first_token:
-        time.sleep(slow_first_token)
+    prompt_tokens = len(question.split()) + sum(len(c.split()) for c in contexts)
+    first_wait = prefill_delay * prompt_tokens / 1000.0 + slow_first_token
+    if first_wait:
+        time.sleep(first_wait)
     pieces = [p for p in _TOKEN_SPLIT.split(answer) if p]
     tokens: list[str] = []
     for p in pieces:
@@ -58,6 +67,10 @@ def extractive_stream(question: str, contexts: list[str], *, token_delay: float 
         if i and token_delay:
             time.sleep(token_delay)
         yield tok
+    if with_usage:
+        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens),
+                         "total_tokens": prompt_tokens + len(tokens)}}
 
 
 SYSTEM_PROMPT = (
