@@ -10,11 +10,12 @@ Layout (``prefix`` defaults to ``ragtrace``)::
     {prefix}:put:{id}           one per put for an hour, so a put retried after a lost reply is not doubled
 
 Delivery: receivers ``XADD``; workers ``XREADGROUP``; ``ack`` is ``XACK`` + ``XDEL`` (so the
-stream length is the queue depth); entries pending on a worker that died are taken over with
-``XAUTOCLAIM`` once idle longer than the lease — or sooner, with ``XCLAIM``, once the dead worker's
-liveness key (``{prefix}:alive:{consumer}``, renewed every 2 s for 10 s) has expired. ``release`` moves the entry into the delayed set,
-from which the next ``lease`` of any worker puts it back on the stream when due (Redis ``TIME``,
-so clocks of different machines do not matter).
+stream length is the queue depth); ``extend`` (the worker's lease heartbeat) resets an entry's idle
+time. Entries pending on a worker that died are taken over with ``XAUTOCLAIM`` once idle longer
+than the lease, or sooner with ``XCLAIM`` once the dead worker's liveness key
+(``{prefix}:alive:{consumer}``, renewed every 2 s for 10 s by a thread) has expired. ``release``
+moves the entry into the delayed set, from which the next ``lease`` of any worker puts it back on
+the stream when due (Redis ``TIME``, so clocks of different machines do not matter).
 
 Capacity: the put script refuses a record when the stream (plus delayed set) holds ``max_depth``
 (the base contract: drop the newest), counting it in Redis; the ``XADD`` also carries
