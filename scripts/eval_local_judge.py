@@ -6,7 +6,7 @@ claim) and reports response-level balanced accuracy and AUROC with hallucinated 
 plus records/s (model load excluded; one record at a time, as the collector's worker does).
 
     python3 scripts/eval_local_judge.py --data ../shared/data
-    python3 scripts/eval_local_judge.py --lexical            # the faster lexical-only model
+    python3 scripts/eval_local_judge.py --embeddings         # the claim model with embedding features
     python3 scripts/eval_local_judge.py --fp32-python /tmp/fp32-venv/bin/python --fp32-model DIR
 
 ``--fp32-*`` compares the int8 ONNX embeddings with the fp32 PyTorch model (sentence-transformers'
@@ -127,7 +127,8 @@ def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--lexical", action="store_true", help="evaluate the lexical-only model")
+    parser.add_argument("--embeddings", action="store_true",
+                        help="evaluate the claim model with embedding features (default: the lexical one, as the judge)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
     parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
     parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     t0 = time.perf_counter()
-    judge = LocalJudge(embeddings=not args.lexical)
+    judge = LocalJudge(embeddings=args.embeddings)
     if judge.use_embeddings:
         judge.embedder.embed(["warm up"])  # the model load is excluded from records/s
     load_seconds = time.perf_counter() - t0

@@ -6,10 +6,12 @@ span is unsupported); HaluEval QA gives response-level labels, used for single-c
 (``--with-halueval``). A held-out split by question (sha1 of the question, 20%) is never read here
 except to be skipped; ``scripts/eval_local_judge.py`` reports on it.
 
-The response-level threshold t is tuned on the *training* split so that the issue's rule,
+The claim model is gradient-boosted depth-3 trees (scikit-learn at training time only: ``pip install
+scikit-learn``; the judge runs the exported trees with numpy) or, with ``--model logistic``, a
+numpy logistic regression. The response-level threshold t is tuned on the *training* split so that the issue's rule,
 hallucinated = faithfulness < 1 (some claim with P(supported) < t), has the best balanced accuracy.
 
-    python3 scripts/train_local_judge.py --data ../shared/data
+    python3 scripts/train_local_judge.py --with-halueval     # what produced the committed params.json
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,7 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 from collector.scoring.judges.local import features as F  # noqa: E402
 from collector.scoring.judges.local import text as T  # noqa: E402
-from collector.scoring.judges.local.model import PARAMS_PATH, LogisticModel, fit_logistic  # noqa: E402
+from collector.scoring.judges.local.model import (  # noqa: E402
+    PARAMS_PATH,
+    LogisticModel,
+    TreeEnsembleModel,
+    fit_logistic,
+)
 
 RAGTRUTH = "ragtruth-qa-dev.jsonl"
 HALUEVAL = "halueval-qa-dev.jsonl"
@@ -169,7 +177,37 @@ def best_threshold(min_p: np.ndarray, hallucinated: np.ndarray) -> tuple[float, 
     return best_t, best_ba
 
 
-def train_model(items: list[dict], names: tuple[str, ...], l2: float) -> tuple[LogisticModel, dict]:
+def fit_trees(x: np.ndarray, y: np.ndarray, names: tuple[str, ...], trees: int) -> TreeEnsembleModel:
+    """Gradient-boosted depth-3 trees (scikit-learn, training time only), exported as plain arrays."""
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    gbm = GradientBoostingClassifier(
+        n_estimators=trees, max_depth=3, learning_rate=0.1, subsample=0.8, random_state=0
+    ).fit(x, y)
+    prior = float(y.mean())
+    exported = []
+    for est in gbm.estimators_[:, 0]:
+        t = est.tree_
+        exported.append(
+            {
+                "feature": t.feature.astype(np.int64),
+                "threshold": t.threshold.astype(np.float64),
+                "left": t.children_left.astype(np.int64),
+                "right": t.children_right.astype(np.int64),
+                "value": t.value[:, 0, 0].astype(np.float64),
+            }
+        )
+    model = TreeEnsembleModel(names, float(np.log(prior / (1 - prior))), 0.1, exported, threshold=0.5)
+    # The exported arrays must reproduce scikit-learn exactly (rounding in the JSON aside).
+    diff = np.abs(model.predict(x[:2000]) - gbm.predict_proba(x[:2000])[:, 1]).max()
+    if diff > 1e-6:
+        raise SystemExit(f"exported trees disagree with scikit-learn by {diff}")
+    return model
+
+
+def train_model(
+    items: list[dict], names: tuple[str, ...], l2: float, kind: str = "gbm", trees: int = 150
+) -> tuple[LogisticModel | TreeEnsembleModel, dict]:
     cols = [F.FEATURE_NAMES.index(n) for n in names]
     xs, ys = [], []
     for item in items:
@@ -181,8 +219,12 @@ def train_model(items: list[dict], names: tuple[str, ...], l2: float) -> tuple[L
     y = np.asarray(ys, dtype=np.float64)
     # Unweighted: P(supported) stays calibrated to the claims' real frequencies; the decision
     # threshold is tuned separately below.
-    mean, std, weights, bias = fit_logistic(x, y, l2=l2)
-    model = LogisticModel(names, mean, std, weights, bias, threshold=0.5)
+    model: LogisticModel | TreeEnsembleModel
+    if kind == "gbm":
+        model = fit_trees(x, y, names, trees)
+    else:
+        mean, std, weights, bias = fit_logistic(x, y, l2=l2)
+        model = LogisticModel(names, mean, std, weights, bias, threshold=0.5)
     p = model.predict(x)
     claim_auroc = auroc(1 - y, 1 - p)
     min_p = np.array([model.predict(it["x"][:, cols]).min() if len(it["x"]) else 1.0 for it in items])
@@ -230,12 +272,26 @@ def calibrate_relevance(items: list[dict]) -> dict:
     }
 
 
+def _versions(kind: str) -> dict[str, str]:
+    import platform
+
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    if kind == "gbm":
+        import sklearn
+
+        versions["scikit-learn"] = sklearn.__version__
+    return versions
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=PARAMS_PATH)
     parser.add_argument("--with-halueval", action="store_true", help="also train on HaluEval's train split")
-    parser.add_argument("--l2", type=float, default=1.0)
+    parser.add_argument("--model", choices=("gbm", "logistic"), default="gbm",
+                        help="gbm: gradient-boosted trees (needs scikit-learn to train, numpy to run); logistic: numpy IRLS")
+    parser.add_argument("--trees", type=int, default=150)
+    parser.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic model")
     parser.add_argument("--embedding-cache", type=Path, default=Path("/tmp/ragtrace-local-judge-embeddings.npz"))
     parser.add_argument("--no-embeddings", action="store_true", help="train the lexical model only")
     args = parser.parse_args(argv)
@@ -254,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if table is not None:
         sets["embedding"] = F.FEATURE_NAMES
     for name, names in sets.items():
-        model, model_stats = train_model(items, names, args.l2)
+        model, model_stats = train_model(items, names, args.l2, args.model, args.trees)
         models[name] = model.to_json()
         stats[name] = model_stats
         print(name, json.dumps(model_stats), file=sys.stderr)
@@ -262,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
 
     files = [RAGTRUTH] + ([HALUEVAL] if args.with_halueval else [])
     params = {
-        "about": "Claim-support logistic regressions of ragtrace's local judge (collector/scoring/judges/local).",
+        "about": "Claim-support models of ragtrace's local judge (collector/scoring/judges/local).",
+        "trained_with": _versions(args.model),
         "command": "python3 scripts/train_local_judge.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "data": {
             f: {"sha256": sha256(args.data / f), "responses_used": sum(1 for r in train_rows if r["_file"] == f)}
@@ -279,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         "relevance": relevance,
         "seconds": round(time.time() - start, 1),
     }
-    args.out.write_text(json.dumps(params, indent=1) + "\n")
+    text = json.dumps(params, indent=1)
+    # One line per number list, so the trees stay a small, diffable file.
+    text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+    args.out.write_text(text + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

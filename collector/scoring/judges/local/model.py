@@ -1,9 +1,11 @@
-"""The claim-support model: a logistic regression over :mod:`features`, loaded from a small JSON file.
+"""The claim-support model over :mod:`features`, loaded from a small JSON file.
 
 ``params.json`` (written by ``scripts/train_local_judge.py``, committed) holds, per feature set
-(``embedding``: all features; ``lexical``: no embedding columns), the standardisation, the weights
-and the response-level threshold, plus the command and the data that produced them. Run time needs
-numpy only.
+(``embedding``: all features; ``lexical``: no embedding columns), either a logistic regression
+(standardisation and weights) or a small gradient-boosted tree ensemble (depth-3 regression trees
+on the log-odds, fitted with scikit-learn at training time and stored as plain arrays), the
+response-level threshold, and the command and the data that produced them. Run time needs numpy
+only.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class LogisticModel:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "kind": "logistic_regression",
             "feature_names": list(self.feature_names),
             "mean": [round(float(v), 8) for v in self.mean],
             "std": [round(float(v), 8) for v in self.std],
@@ -87,15 +90,99 @@ def fit_logistic(
 
 
 @dataclass
+class TreeEnsembleModel:
+    """P(supported) = sigmoid(init + rate · Σ_trees leaf value); trees as flat node arrays.
+
+    Each tree: ``feature[n]`` (−2 at a leaf), ``threshold[n]`` (go left when x ≤ threshold),
+    ``left[n]``, ``right[n]`` and ``value[n]``, the same layout as scikit-learn's ``tree_``.
+    """
+
+    feature_names: tuple[str, ...]
+    init: float
+    rate: float
+    trees: list[dict[str, np.ndarray]]
+    threshold: float
+
+    def columns(self, all_names: tuple[str, ...]) -> list[int]:
+        return [all_names.index(name) for name in self.feature_names]
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        total = np.full(len(x), self.init)
+        rows = np.arange(len(x))
+        for tree in self.trees:
+            node = np.zeros(len(x), dtype=np.int64)
+            feature, threshold, left, right, value = (
+                tree["feature"], tree["threshold"], tree["left"], tree["right"], tree["value"]
+            )
+            while True:
+                active = feature[node] >= 0
+                if not active.any():
+                    break
+                f = np.where(active, feature[node], 0)
+                go_left = x[rows, f] <= threshold[node]
+                node = np.where(active, np.where(go_left, left[node], right[node]), node)
+            total += self.rate * value[node]
+        return total
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """P(supported) for each row of ``x`` (columns in ``feature_names`` order)."""
+        if x.size == 0:
+            return np.zeros(0)
+        return sigmoid(self.raw(np.asarray(x, dtype=np.float64)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "gradient_boosted_trees",
+            "feature_names": list(self.feature_names),
+            "init": round(float(self.init), 8),
+            "rate": float(self.rate),
+            "trees": [
+                {
+                    "feature": [int(v) for v in t["feature"]],
+                    "threshold": [round(float(v), 8) for v in t["threshold"]],
+                    "left": [int(v) for v in t["left"]],
+                    "right": [int(v) for v in t["right"]],
+                    "value": [round(float(v), 8) for v in t["value"]],
+                }
+                for t in self.trees
+            ],
+            "threshold": round(float(self.threshold), 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TreeEnsembleModel":
+        names = tuple(data["feature_names"])
+        trees = []
+        for t in data["trees"]:
+            tree = {
+                "feature": np.asarray(t["feature"], dtype=np.int64),
+                "threshold": np.asarray(t["threshold"], dtype=np.float64),
+                "left": np.asarray(t["left"], dtype=np.int64),
+                "right": np.asarray(t["right"], dtype=np.int64),
+                "value": np.asarray(t["value"], dtype=np.float64),
+            }
+            if len({len(v) for v in tree.values()}) != 1 or tree["feature"].max(initial=-1) >= len(names):
+                raise ValueError("local judge parameters: malformed tree")
+            trees.append(tree)
+        return cls(names, float(data["init"]), float(data["rate"]), trees, float(data["threshold"]))
+
+
+def model_from_json(data: dict[str, Any]) -> "LogisticModel | TreeEnsembleModel":
+    if data.get("kind") == "gradient_boosted_trees":
+        return TreeEnsembleModel.from_json(data)
+    return LogisticModel.from_json(data)
+
+
+@dataclass
 class LocalJudgeParams:
     """Everything the judge loads: the claim-support models and the relevance thresholds."""
 
-    models: dict[str, LogisticModel]
+    models: dict[str, "LogisticModel | TreeEnsembleModel"]
     relevance_threshold: float
     raw: dict[str, Any]
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "LocalJudgeParams":
         data = json.loads(Path(path or PARAMS_PATH).read_text())
-        models = {name: LogisticModel.from_json(m) for name, m in data["models"].items()}
+        models = {name: model_from_json(m) for name, m in data["models"].items()}
         return cls(models=models, relevance_threshold=float(data["relevance"]["threshold"]), raw=data)
