@@ -16,8 +16,8 @@ workers report what the judge spent with ``add_judge_tokens``.
 
 Both checks and the admission are one Lua script, so concurrent receivers cannot overshoot.
 If Redis is unreachable, ``acquire`` falls back to a per-process :class:`LocalBudget` holding
-``1 / expected_processes`` of the limits (the cluster total then stays within the budget), and
-tokens reported meanwhile are counted locally only.
+``1 / expected_processes`` of the limits (``?receivers=N`` in the URL; the cluster total then stays
+within the budget), and tokens reported meanwhile are counted locally only.
 """
 
 from __future__ import annotations
@@ -197,8 +197,14 @@ class RedisBudget(Budget):
         self._r.close()
 
 
-def open_budget(url: str, config: Any, *, expected_processes: int = 1) -> RedisBudget:
-    """The hook :func:`collector.sampling.budget_from_config` calls with a Redis URL."""
+def open_budget(url: str, config: Any, *, expected_processes: int | None = None) -> RedisBudget:
+    """The hook :func:`collector.sampling.budget_from_config` calls with a Redis URL.
+
+    ``?receivers=N`` in the URL says how many receivers share the budget, so that while Redis is
+    unreachable each admits ``1/N`` of it locally.
+    """
+    if expected_processes is None:
+        expected_processes = int(split_url(url)[1].get("receivers", 1))
     return RedisBudget(
         url,
         getattr(config, "records_per_minute", None),

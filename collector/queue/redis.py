@@ -124,11 +124,11 @@ return 1
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """Separate our own query options (prefix, group, buffer) from what redis-py understands."""
+    """Separate our own query options (prefix, group, buffer, receivers) from what redis-py understands."""
     parts = urlsplit(url)
     ours, theirs = {}, []
     for k, v in parse_qsl(parts.query):
-        if k in {"prefix", "group", "buffer"}:
+        if k in {"prefix", "group", "buffer", "receivers"}:
             ours[k] = v
         else:
             theirs.append((k, v))
@@ -205,7 +205,8 @@ class ScoredMarks:
 class RedisStreamQueue(RecordQueue):
     """Records on a Redis stream, consumed by a consumer group; see the module docstring.
 
-    ``url``: ``redis://host:port/db`` with optional ``?prefix=ragtrace&group=...&buffer=10000``.
+    ``url``: ``redis://host:port/db`` with optional ``?prefix=ragtrace&group=...&buffer=10000``
+    (``receivers=N`` is read by :mod:`collector.budget`: each receiver's share during an outage).
     ``consumer``: this process's name in the group (default host-pid-random; unique per object).
     """
 

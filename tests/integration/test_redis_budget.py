@@ -10,8 +10,8 @@ import uuid
 import pytest
 import redis
 
-from collector.budget import RedisBudget
-from collector.config import SamplingConfig
+from collector.budget import RedisBudget, open_budget
+from collector.config import BudgetConfig, SamplingConfig
 from collector.record import RagRecord
 from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Sampler, budget_from_config
 from tests.support.redis_server import REDIS_SERVER, RedisServer
@@ -89,7 +89,9 @@ def test_unlimited_budget_admits_without_redis_calls(server):
 def test_redis_down_falls_back_to_a_local_share(tmp_path):
     srv = RedisServer(data_dir=tmp_path).start()
     try:
-        b = RedisBudget(f"{srv.url}?prefix=x", records_per_minute=10, expected_processes=2, retry_interval=0.1)
+        b = open_budget(f"{srv.url}?prefix=x&receivers=2", BudgetConfig(records_per_minute=10))
+        assert b.fallback.records_per_minute == 5
+        b._retry_interval = 0.1
         assert b.acquire() is None
         srv.stop()
         t0 = time.monotonic()

@@ -9,7 +9,9 @@ from pathlib import Path
 import yaml
 
 from collector import serve
+from collector.budget import RedisBudget
 from collector.config import load_config
+from collector.sampling import budget_from_config
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "docker-compose.scale-out.yml"
 
@@ -27,7 +29,10 @@ def test_compose_services_resolve_to_receivers_and_workers_on_one_redis():
         env = {k: str(v) for k, v in svc["environment"].items()}
         cfg = load_config(None, serve.overrides_from_args(args), environ=env)
         roles[name] = (cfg.role, svc.get("deploy", {}).get("replicas", 1))
-        assert cfg.queue.url == cfg.assembly.shared_state == "redis://redis:6379/0"
+        assert cfg.queue.url == "redis://redis:6379/0?receivers=2"
+        assert cfg.assembly.shared_state == "redis://redis:6379/0"
+        budget = budget_from_config(cfg.sampling, cfg.queue.url)  # built without contacting Redis
+        assert isinstance(budget, RedisBudget) and budget.fallback.records_per_minute == 300
         assert cfg.listen.host == "0.0.0.0"
         assert cfg.sampling.budget.records_per_minute == 600
         assert cfg.sampling.budget.judge_tokens_per_hour == 2_000_000
