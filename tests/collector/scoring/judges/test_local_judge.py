@@ -161,6 +161,24 @@ def test_parameters_record_their_provenance() -> None:
     assert params["command"].startswith("python3 scripts/train_local_judge.py")
     assert "ragtruth-qa-dev.jsonl" in params["data"]
     assert set(params["models"]) == {"lexical", "embedding"}
+    assert "scikit-learn" in params["trained_with"]
     for model in params["models"].values():
-        assert len(model["weights"]) == len(model["feature_names"])
+        assert model["kind"] == "gradient_boosted_trees"
+        assert all(max(t["feature"]) < len(model["feature_names"]) for t in model["trees"])
         assert 0 < model["threshold"] < 1
+
+
+def test_exported_trees_evaluate_like_their_definition() -> None:
+    """A hand-built two-leaf tree: the numpy traversal follows the sklearn node layout."""
+    from collector.scoring.judges.local.model import TreeEnsembleModel, model_from_json
+
+    tree = {"feature": [0, -2, -2], "threshold": [0.5, -2.0, -2.0], "left": [1, -1, -1], "right": [2, -1, -1],
+            "value": [0.0, -3.0, 4.0]}
+    model = model_from_json({"kind": "gradient_boosted_trees", "feature_names": ["coverage"], "init": 0.0,
+                             "rate": 0.5, "trees": [tree, tree], "threshold": 0.5})
+    assert isinstance(model, TreeEnsembleModel)
+    import numpy as np
+
+    raw = model.raw(np.array([[0.2], [0.5], [0.9]]))
+    np.testing.assert_allclose(raw, [-3.0, -3.0, 4.0])
+    assert model.predict(np.zeros((0, 1))).shape == (0,)
