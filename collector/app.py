@@ -69,6 +69,7 @@ class CollectorApp:
         self._judge_tokens_seen = 0
         self._ready = False
         self._stopping = False
+        self._behind_since: float | None = None  # the sweep has had more completed traces than one chunk since
 
     # --- ports ---
     @property
@@ -114,6 +115,7 @@ class CollectorApp:
                 max_request_bytes=cfg.limits.max_request_bytes,
                 retry_after_seconds=cfg.limits.retry_after_seconds,
                 max_loop_lag_seconds=cfg.limits.max_loop_lag_seconds,
+                pressure=self._under_pressure,
             )
             self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
             if cfg.listen.http_port is not None:
@@ -224,33 +226,52 @@ class CollectorApp:
             self.sampler.budget.add_judge_tokens(total - self._judge_tokens_seen)
             self._judge_tokens_seen = total
 
+    SWEEP_CHUNK = 512  # completed traces taken at a time: bounds what a sweep holds beyond assembly's bounds
+
+    def _under_pressure(self) -> bool:
+        """Shed new OTLP requests while completed traces wait longer than the backlog bound to become
+        records, or assembly holds more than 90% of its byte bound (instead of evicting)."""
+        limits, assembly = self.config.limits, self.config.assembly
+        if self._behind_since is not None and limits.max_loop_lag_seconds is not None:
+            if asyncio.get_running_loop().time() - self._behind_since > limits.max_loop_lag_seconds:
+                return True
+        if self.assembler is not None:
+            return self.assembler.state.inflight()[1] > 0.9 * assembly.max_inflight_bytes
+        return False
+
     async def process_completed(self, everything: bool = False) -> int:
-        """Build, observe and sample every completed trace; returns how many records were built."""
+        """Build, observe and sample every completed trace, a chunk at a time; returns records built."""
         assert self.assembler is not None and self.sampler is not None
         self._feed_budget()
-        completed = self.assembler.completed(everything=everything)
-        selected: list[RagRecord] = []
+        loop = asyncio.get_running_loop()
         built = 0
-        for i, item in enumerate(completed):
-            try:
-                summary = self.assembler.build(item, full=False)
-                built += 1
-                self.metrics.observe_record(summary)
-                if self.sampler.sample(summary):
-                    # texts (query, answer, contexts) are read only for the records that get scored
-                    record = self.assembler.build(item, full=True)
-                    record.sampling_weight = summary.sampling_weight
-                    selected.append(record)
-            except Exception:
-                log.exception("could not assemble trace %s", item.trace_id)
-                self.metrics.dropped(None, ASSEMBLY_ERROR)
-                continue
-            if i % 256 == 255:
-                await asyncio.sleep(0)  # let the receivers in between
-        if selected:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._put_executor, self._put_all, selected)
-        return built
+        while True:
+            completed = self.assembler.completed(limit=None if everything else self.SWEEP_CHUNK, everything=everything)
+            if len(completed) >= self.SWEEP_CHUNK and not everything:
+                if self._behind_since is None:
+                    self._behind_since = loop.time()
+            else:
+                self._behind_since = None
+            selected: list[RagRecord] = []
+            for item in completed:
+                try:
+                    summary = self.assembler.build(item, full=False)
+                    built += 1
+                    self.metrics.observe_record(summary)
+                    if self.sampler.sample(summary):
+                        # texts (query, answer, contexts) are read only for the records that get scored
+                        record = self.assembler.build(item, full=True)
+                        record.sampling_weight = summary.sampling_weight
+                        selected.append(record)
+                except Exception:
+                    log.exception("could not assemble trace %s", item.trace_id)
+                    self.metrics.dropped(None, ASSEMBLY_ERROR)
+            del completed
+            if selected:
+                await loop.run_in_executor(self._put_executor, self._put_all, selected)
+            if self._behind_since is None:
+                return built
+            await asyncio.sleep(0)  # let the receivers in between chunks
 
     def _put_all(self, records: list[RagRecord]) -> None:
         for record in records:

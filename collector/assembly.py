@@ -143,6 +143,10 @@ class InMemoryAssemblyState(AssemblyState):
             if deadline < pending.deadline:
                 pending.deadline = deadline
                 heapq.heappush(self._heap, (deadline, trace_id))
+                if len(self._heap) > 2 * len(self._traces) + 1024:
+                    # superseded max-wait entries would otherwise linger for max_wait seconds
+                    self._heap = [(p.deadline, tid) for tid, p in self._traces.items()]
+                    heapq.heapify(self._heap)
         while len(self._traces) > self.max_traces or (self._bytes > self.max_bytes and len(self._traces) > 1):
             oldest = next(iter(self._traces))
             result.evicted.append(self._remove(oldest, REASON_EVICTED))

@@ -1,7 +1,8 @@
 """What both OTLP receivers share: auth, admission (load shedding), decoding outcome and counting.
 
-Admission bounds the requests being received at once, and watches the event loop's lag (how late a
-periodic timer fires: the backlog of work the loop has not got to yet, whatever caused it). When either
+Admission bounds the requests being received at once, watches the event loop's lag (how late a
+periodic timer fires: the backlog of work the loop has not got to yet, whatever caused it), and asks
+downstream whether it is behind (records waiting to be built, assembly memory near its bound). When either
 is above its bound, new requests are refused at once (HTTP 503 + ``Retry-After``, gRPC
 ``RESOURCE_EXHAUSTED``) so latency stays bounded and memory does not grow with the backlog; the OTel
 exporters retry those with backoff.
@@ -40,6 +41,7 @@ class Ingestor:
         max_request_bytes: int = 4 * 1024 * 1024,
         retry_after_seconds: int = 1,
         max_loop_lag_seconds: float | None = 0.5,
+        pressure: Callable[[], bool] | None = None,
     ) -> None:
         self.sink = sink
         self.metrics = metrics
@@ -50,6 +52,7 @@ class Ingestor:
         self.pending = 0
         self.max_loop_lag = max_loop_lag_seconds
         self.loop_lag = 0.0  # seconds the event loop was late on its last check (see watch_loop_lag)
+        self.pressure = pressure  # downstream says it is behind (the record sweep, assembly memory)
         self.expected_authorization = f"Bearer {bearer_token}".encode() if bearer_token else None
 
     def authorized(self, header: str | None) -> bool:
@@ -65,6 +68,8 @@ class Ingestor:
         if self.pending >= self.max_pending:
             return False
         if self.max_loop_lag is not None and self.loop_lag > self.max_loop_lag:
+            return False
+        if self.pressure is not None and self.pressure():
             return False
         self.pending += 1
         return True
