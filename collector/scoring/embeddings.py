@@ -6,8 +6,10 @@ package ships no tokenizer, so the model's WordPiece ``tokenizer.json`` (Apache-
 byte for byte to the one in the sentence-transformers release) ships beside the local judge.
 
 The pipeline is sentence-transformers' for this model: WordPiece tokens (at most 256), mean
-pooling over the attention mask, L2 normalisation. Agreement with the fp32 PyTorch model is
-measured by ``scripts/eval_local_judge.py --fp32-check`` (see the local judge's parameter file).
+pooling over the attention mask, L2 normalisation. Agreement with the fp32 PyTorch model
+(``scripts/eval_local_judge.py --fp32-python ... --fp32-model ...``, 100 sentences of the shared
+RAGTruth data): mean cosine int8-vs-fp32 0.9995 (min 0.9967), Pearson of pairwise similarities
+0.9997, nearest neighbour the same for 97 of 100 sentences.
 
 Configuration: argument → environment → default.
 

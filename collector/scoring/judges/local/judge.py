@@ -114,9 +114,13 @@ class LocalJudge(Judge):
         """The process-wide :class:`~collector.scoring.embeddings.LocalEmbedder` (loaded on first use)."""
         with self._embedder_lock:
             if self._embedder is None:
-                from collector.scoring.embeddings import LocalEmbedder
+                from collector.scoring.embeddings import EmbeddingModelError, LocalEmbedder
 
-                self._embedder = LocalEmbedder.shared()
+                try:
+                    self._embedder = LocalEmbedder.shared()
+                except EmbeddingModelError as exc:
+                    # Without its model the judge cannot make embedding decisions: skip, say why.
+                    raise JudgeUnsupported(f"judge 'local' has no embedding model: {exc}") from exc
             return self._embedder
 
     def _index(self, contexts: Sequence[str]) -> ContextIndex:

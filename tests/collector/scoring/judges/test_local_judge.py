@@ -182,3 +182,18 @@ def test_exported_trees_evaluate_like_their_definition() -> None:
     raw = model.raw(np.array([[0.2], [0.5], [0.9]]))
     np.testing.assert_allclose(raw, [-3.0, -3.0, 4.0])
     assert model.predict(np.zeros((0, 1))).shape == (0,)
+
+
+async def test_missing_embedding_model_skips_embedding_metrics_but_not_faithfulness(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from collector.scoring.embeddings import LocalEmbedder
+
+    monkeypatch.setattr(LocalEmbedder, "_shared", None)
+    monkeypatch.setenv("RAGTRACE_EMBEDDING_MODEL", str(tmp_path / "absent.onnx"))
+    judge = LocalJudge(embeddings=False)
+    rec = RagRecord(id="m", user_input=QUESTION, retrieved_contexts=CONTEXTS, response=SUPPORTED, reference=SUPPORTED)
+    results = {r.metric: r for r in await evaluate_record(rec, ["faithfulness", "answer_similarity"], judge)}
+    assert results["faithfulness"].status == "scored"
+    assert results["answer_similarity"].status == "skipped"
+    assert "no embedding model" in results["answer_similarity"].reason
