@@ -144,3 +144,16 @@ def test_span_data_round_trips_through_dict():
     s = SpanData("e" * 32, "1" * 16, "", "n", 1, 2, 2, "bad", {"a": [1, 2]}, [("exception", {"x": 1})], "svc", 42)
     again = SpanData.from_dict(s.to_dict())
     assert again.to_dict() == s.to_dict()
+
+
+def test_deadline_heap_stays_proportional_to_traces_in_flight():
+    state = InMemoryAssemblyState(grace_seconds=0.0, max_wait_seconds=60.0)
+    now = 0.0
+    for i in range(5000):
+        tid = f"{i:032x}"
+        state.add(tid, [span(tid, "2", parent="1")], 10, False, now)
+        state.add(tid, [span(tid, "1")], 10, True, now)  # root: an earlier deadline supersedes max-wait
+        now += 0.001
+        state.pop_due(now)
+    assert state.inflight() == (0, 0)
+    assert len(state._heap) <= 2 * 1 + 1024

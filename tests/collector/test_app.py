@@ -1,0 +1,85 @@
+"""CollectorApp composition: bound ports, backpressure into admission, flush on stop."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from collector.app import CollectorApp
+from collector.config import load_config
+from collector.queue import open_queue
+from tests.collector import span_fixtures as F
+
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+def make_config(tmp_path, **over):
+    data = {
+        "role": "receiver",
+        "data_dir": str(tmp_path),
+        "listen": {"http_port": 0, "grpc_port": 0, "metrics_port": 0},
+        "assembly": {"grace_seconds": 30.0, "sweep_interval_seconds": 60.0},
+    }
+    for key, value in over.items():
+        data.setdefault(key, {}).update(value) if isinstance(value, dict) else data.__setitem__(key, value)
+    return load_config(overrides=data, environ={})
+
+
+async def post(app, body: bytes) -> int:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"http://127.0.0.1:{app.http_port}/v1/traces", data=body, headers=PB) as r:
+            return r.status
+
+
+async def test_ports_ready_and_flush_on_stop(tmp_path):
+    app = CollectorApp(make_config(tmp_path))
+    await app.start()
+    try:
+        assert all(p and p > 0 for p in (app.http_port, app.grpc_port, app.metrics_port))
+        assert app.ready
+        trace_id, request = F.to_request(F.ragtrace_shaped())
+        assert await post(app, request.SerializeToString()) == 200
+        assert app.queue.depth() == 0  # still inside its 30 s grace period
+    finally:
+        await app.stop(drain_timeout=1)
+    queue = open_queue(app.config.queue_url, 10)
+    try:
+        (leased,) = queue.lease(5, 10)
+    finally:
+        queue.close()
+    assert leased.record.trace_id == trace_id and leased.record.response == F.ANSWER
+    assert app.registry.get_sample_value("ragtrace_assembly_completed_total", {"reason": "shutdown"}) == 1
+
+
+async def test_assembly_memory_near_its_bound_sheds(tmp_path):
+    app = CollectorApp(make_config(tmp_path, assembly={"max_inflight_bytes": 20_000}))
+    await app.start()
+    try:
+        _, request = F.to_request(F.ragtrace_shaped(n_docs=3))
+        body = request.SerializeToString()
+        statuses = [await post(app, F.to_request(F.ragtrace_shaped(n_docs=3))[1].SerializeToString()) for _ in range(12)]
+        assert statuses[0] == 200 and 503 in statuses
+        assert app.assembler.state.inflight()[1] <= 20_000 + len(body) * 2
+        assert app.registry.get_sample_value(
+            "ragtrace_otlp_requests_total", {"transport": "http", "status": "overloaded"}
+        ) == statuses.count(503)
+    finally:
+        await app.stop(drain_timeout=1)
+
+
+async def test_sweep_backlog_sheds_until_it_catches_up(tmp_path):
+    app = CollectorApp(make_config(tmp_path, assembly={"grace_seconds": 0.0}, limits={"max_loop_lag_seconds": 0.3}))
+    app.SWEEP_CHUNK = 2
+    await app.start()
+    try:
+        for _ in range(3):
+            assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 200
+        import asyncio
+
+        app._behind_since = asyncio.get_running_loop().time() - 1.0  # a sweep found more than a chunk waiting, 1 s ago
+        assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 503
+        assert await app.process_completed() == 3  # takes chunk after chunk until caught up
+        assert app._behind_since is None
+        assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 200
+    finally:
+        await app.stop(drain_timeout=1)
