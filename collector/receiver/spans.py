@@ -18,16 +18,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 # Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
 KEPT_PREFIXES: tuple[str, ...] = (
+    "retrieval.",
+    "gen_ai.",
+    "llm.",
+    "ragtrace.",
     "openinference.",
     "input.",
     "output.",
     "session.",
     "user.",
-    "retrieval.",
     "reranker.",
-    "llm.",
-    "gen_ai.",
-    "ragtrace.",
     "traceloop.",
     "metadata",
     "tag.",
@@ -163,6 +163,10 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
     out = DecodedRequest()
     traces = out.traces
     prefixes = KEPT_PREFIXES
+    accepted = 0
+    last_tid = b""
+    trace_hex = ""
+    bucket: list[SpanData] = []
     for rs in request.resource_spans:
         service = None
         for kv in rs.resource.attributes:
@@ -172,9 +176,15 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
         for ss in rs.scope_spans:
             for sp in ss.spans:
                 tid = sp.trace_id
-                if len(tid) != 16 or tid == _ZERO_TRACE:
-                    out.reject("invalid trace id")
-                    continue
+                if tid != last_tid:  # spans of one trace usually come together: convert its id once
+                    if len(tid) != 16 or tid == _ZERO_TRACE:
+                        out.reject("invalid trace id")
+                        continue
+                    last_tid = tid
+                    trace_hex = tid.hex()
+                    bucket = traces.get(trace_hex)  # type: ignore[assignment]
+                    if bucket is None:
+                        bucket = traces[trace_hex] = []
                 sid = sp.span_id
                 if len(sid) != 8 or sid == _ZERO_SPAN:
                     out.reject("invalid span id")
@@ -193,33 +203,36 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                             attrs[key] = any_value(value)
                             nbytes += len(key) + 16
                 events: list[tuple[str, dict[str, Any]]] = []
-                if sp.events:
+                if len(sp.events):
                     for ev in sp.events:
                         if ev.name.startswith(KEPT_EVENT_PREFIXES):
                             events.append((ev.name, {kv.key: any_value(kv.value) for kv in ev.attributes}))
-                status = sp.status
-                pid = sp.parent_span_id
-                trace_hex = tid.hex()
-                span = SpanData(
-                    trace_hex,
-                    sid.hex(),
-                    pid.hex() if pid else "",
-                    sp.name,
-                    sp.start_time_unix_nano,
-                    sp.end_time_unix_nano,
-                    status.code,
-                    status.message,
-                    attrs,
-                    events,
-                    service,
-                    nbytes,
-                )
-                bucket = traces.get(trace_hex)
-                if bucket is None:
-                    traces[trace_hex] = [span]
+                if sp.HasField("status"):
+                    status = sp.status
+                    code, message = status.code, status.message
                 else:
-                    bucket.append(span)
-                out.accepted += 1
+                    code, message = 0, ""
+                pid = sp.parent_span_id
+                bucket.append(
+                    SpanData(
+                        trace_hex,
+                        sid.hex(),
+                        pid.hex() if pid else "",
+                        sp.name,
+                        sp.start_time_unix_nano,
+                        sp.end_time_unix_nano,
+                        code,
+                        message,
+                        attrs,
+                        events,
+                        service,
+                        nbytes,
+                    )
+                )
+                accepted += 1
+    out.accepted = accepted
+    for trace_hex in [t for t, spans in traces.items() if not spans]:
+        del traces[trace_hex]  # every span of it was refused
     return out
 
 
