@@ -188,8 +188,10 @@ def capitalised_spans(text: str) -> list[str]:
         start = match.start()
         before = text[:start].rstrip()
         if not before or before[-1] in ".!?:\n\"'(" or _LIST_MARKER.match(text[: start + 1] or ""):
-            # Sentence-initial: only keep the span when it is more than one word.
-            if " " not in match.group().strip():
+            # Sentence-initial: a single capitalised word is usually just the sentence's first
+            # word; keep it only when the "sentence" is a short answer-like phrase ("Delhi").
+            rest = text[match.end() :].split(".")[0]
+            if " " not in match.group().strip() and len(rest.split()) > 2:
                 continue
         span = match.group().strip()
         # "In March", "The Eiffel Tower": drop a leading function word.

@@ -146,6 +146,9 @@ async def test_claims_split_lists_and_compound_sentences(judge: LocalJudge) -> N
 async def test_entities_are_names_numbers_and_dates(judge: LocalJudge) -> None:
     found = await judge.extract_entities("In March 1889 the tower designed by Gustave Eiffel opened in Paris.")
     assert {"March", "1889", "Gustave Eiffel", "Paris"} <= set(found)
+    assert "In" not in found and "The" not in " ".join(found)
+    assert await judge.extract_entities("Delhi") == ["Delhi"]  # a short answer is all entity
+    assert await judge.extract_entities("The cat sat on the mat.") == []
 
 
 def test_default_claim_model_is_the_fast_lexical_one(monkeypatch: pytest.MonkeyPatch) -> None:
