@@ -62,6 +62,8 @@ class CollectorApp:
         self._worker_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
         self._lag_task: asyncio.Task | None = None
+        self._budget_task: asyncio.Task | None = None
+        self.budget = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
         self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
@@ -105,8 +107,8 @@ class CollectorApp:
             self.queue.register_metrics(self.registry)
         if cfg.runs_receiver:
             self.assembler = Assembler(state_from_config(cfg.assembly), observer=self.metrics)
-            budget = budget_from_config(cfg.sampling, cfg.queue.url)
-            self.sampler = Sampler(cfg.sampling, budget, observer=self.metrics)
+            self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+            self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
             self.ingestor = Ingestor(
                 self.assembler.add,
                 self.metrics,
@@ -140,6 +142,9 @@ class CollectorApp:
             with usage_scope() as usage:
                 self._judge_usage = usage
                 self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
+            if self.budget is None:  # a worker-only process still reports judge tokens to the (shared) budget
+                self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+                self._budget_task = asyncio.create_task(self._budget_loop(), name="ragtrace-budget-feed")
         if cfg.listen.metrics_port is not None:
             await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)
         self._ready = True
@@ -182,7 +187,7 @@ class CollectorApp:
             await self.http.stop()
         if self.grpc is not None:
             await self.grpc.stop(grace=min(1.0, drain_timeout))
-        for task in (self._sweep_task, self._lag_task):
+        for task in (self._sweep_task, self._lag_task, self._budget_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -204,8 +209,11 @@ class CollectorApp:
             self.queue.close()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
+        self._feed_budget()
         if self.assembler is not None:
             self.assembler.state.close()
+        if self.budget is not None:
+            self.budget.close()
 
     # --- the sweep: completed traces → records → metrics → sampling → queue ---
     async def _sweep_loop(self) -> None:

@@ -203,9 +203,7 @@ class Sampler:
 def budget_from_config(config: SamplingConfig, shared_url: str | None = None) -> Budget:
     """The local budget, or the cluster-wide one from the scale-out module when a Redis URL is given."""
     if shared_url and shared_url.startswith(("redis://", "rediss://", "unix://")):
-        try:
-            from collector import budget as shared_budget  # provided by the scale-out work
-        except ImportError:
-            return LocalBudget.from_config(config.budget)
+        from collector import budget as shared_budget  # the scale-out module (Redis)
+
         return shared_budget.open_budget(shared_url, config.budget)
     return LocalBudget.from_config(config.budget)

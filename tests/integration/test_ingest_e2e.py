@@ -276,3 +276,44 @@ def test_serve_process_flushes_on_sigterm(tmp_path):
         queue.close()
     assert [r.trace_id for r in records] == [trace_id]
     assert records[0].metadata.get("ragtrace.assembly") == "shutdown"
+
+
+def scripted_faithfulness(body: dict) -> dict:
+    return {"claims": [{"claim": "The warranty covers defects", "relevant": "yes"}],
+            "verdicts": [{"id": 1, "verdict": "yes", "reason": "stated in the contexts"}]}
+
+
+async def test_judge_tokens_spent_close_the_token_budget(collector):
+    from tests.support.scripted_openai import ScriptedOpenAI
+
+    with ScriptedOpenAI(responder=scripted_faithfulness) as judge:
+        app = await collector(
+            role="all",
+            judge={"model": "openai/judge", "base_url": judge.base_url, "api_key": "k", "max_retries": 0},
+            scoring={"metrics": ["faithfulness"], "concurrency": 1},
+            sampling={"budget": {"judge_tokens_per_hour": 50}},
+        )
+        provider = TracerProvider(resource=Resource.create({"service.name": "budget"}))
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{app.http_port}/v1/traces"))
+        )
+        tracer = provider.get_tracer("t")
+        first = await asyncio.to_thread(F.emit, tracer, F.ragtrace_shaped())
+        g = app.registry.get_sample_value
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}):
+            await asyncio.sleep(0.1)
+        assert g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) == 1
+        spent = sum(r.prompt_tokens + r.completion_tokens for r in judge.chat_requests())
+        assert spent > 50  # the first record's judging used up the hour's tokens
+        await asyncio.to_thread(F.emit, tracer, F.ragtrace_shaped())  # a second request
+        provider.shutdown()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not g(
+            "ragtrace_traces_dropped_total", {"pipeline": "support", "reason": "budget_tokens"}
+        ):
+            await asyncio.sleep(0.1)
+        assert g("ragtrace_traces_dropped_total", {"pipeline": "support", "reason": "budget_tokens"}) == 1
+        assert g("ragtrace_traces_sampled_total", {"pipeline": "support", "reason": "rate"}) == 1
+        assert g("ragtrace_traces_received_total", {"service": "budget", "pipeline": "support"}) == 2
+        assert first
