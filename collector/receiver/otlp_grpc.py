@@ -1,8 +1,9 @@
 """OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` on ``grpc.aio``.
 
 Same rules as the HTTP receiver: bearer token in the ``authorization`` metadata (else
-``UNAUTHENTICATED``), ``max_receive_message_length`` = the size limit (gRPC answers
-``RESOURCE_EXHAUSTED`` above it), ``RESOURCE_EXHAUSTED`` when saturated, ``INVALID_ARGUMENT`` for
+``UNAUTHENTICATED``), the size limit (``RESOURCE_EXHAUSTED`` above it: checked and counted here up to
+twice the limit, gRPC's own ``max_receive_message_length`` refuses anything larger before it reaches
+us), ``RESOURCE_EXHAUSTED`` when saturated, ``INVALID_ARGUMENT`` for
 bytes that do not decode, partial success for refused spans. The method is registered with raw-bytes
 (de)serialisers so malformed payloads reach us and are counted; decoding is the same upb parse.
 """
@@ -101,7 +102,7 @@ class OtlpGrpcReceiver:
         limit = self.ingestor.max_request_bytes
         self.server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_receive_message_length", 2 * limit),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
             ]

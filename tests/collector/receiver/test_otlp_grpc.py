@@ -75,10 +75,14 @@ async def test_malformed_is_invalid_argument(served):
 
 async def test_oversized_is_resource_exhausted(served):
     stack = await served(max_request_bytes=4096)
-    _, request = F.to_request(F.ragtrace_shaped(n_docs=40))
-    assert request.ByteSize() > 4096
+    _, request = F.to_request(F.ragtrace_shaped(n_docs=25))
+    assert 4096 < request.ByteSize() < 8192
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call_raw(stack.target, request.SerializeToString())
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert stack.requests("grpc", "too_large") == 1
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # far beyond: refused by gRPC itself
+        await call_raw(stack.target, b"\x0a" * 20_000)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert stack.spans("grpc") == 0
 
