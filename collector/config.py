@@ -38,7 +38,7 @@ class AuthConfig(_Section):
 class LimitsConfig(_Section):
     max_request_bytes: int = 4 * 1024 * 1024  # decompressed body; larger → HTTP 413 / gRPC RESOURCE_EXHAUSTED
     max_pending_requests: int = 16  # OTLP requests being received at once; above → 503 / RESOURCE_EXHAUSTED
-    max_loop_lag_seconds: float | None = 0.5  # event-loop backlog above which requests are shed; null: off
+    max_loop_lag_seconds: float | None = 0.5  # event-loop lag / record backlog above which requests are shed
     retry_after_seconds: int = 1
 
 
