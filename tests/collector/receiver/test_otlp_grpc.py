@@ -6,6 +6,7 @@ import asyncio
 
 import grpc
 import pytest
+from grpc import Compression
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -49,7 +50,9 @@ async def test_real_grpc_exporter(served):
     stack = await served()
     trace_id, spans = F.finished_spans(F.openinference_llamaindex(), service="li")
     assert await asyncio.to_thread(export, stack.target, spans[:1]) == SpanExportResult.SUCCESS
-    assert await asyncio.to_thread(export, stack.target, spans[1:]) == SpanExportResult.SUCCESS
+    assert await asyncio.to_thread(export, stack.target, spans[1:], compression=Compression.Gzip) == (
+        SpanExportResult.SUCCESS
+    )
     assert stack.spans("grpc") == 4 and stack.requests("grpc", "ok") == 2
     (record,) = stack.records()
     assert record.trace_id == trace_id and record.service == "li" and record.response == F.ANSWER
