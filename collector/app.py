@@ -28,7 +28,6 @@ from collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from collector.receiver.otlp_http import OtlpHttpReceiver
 from collector.record import RagRecord
 from collector.sampling import Sampler, budget_from_config
-from collector.scoring.judge import usage_scope
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +61,10 @@ class CollectorApp:
         self._worker_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
         self._lag_task: asyncio.Task | None = None
-        self._budget_task: asyncio.Task | None = None
         self.budget = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
         self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
-        self._judge_usage = None
-        self._judge_tokens_seen = 0
         self._ready = False
         self._stopping = False
         self._behind_since: float | None = None  # the sweep has had more completed traces than one chunk since
@@ -131,20 +127,12 @@ class CollectorApp:
             from collector.worker import build_worker
 
             self.worker = build_worker(cfg, self.registry, self.queue)
-            # Judge usage inside the worker's task adds up here (contextvars are copied into the task),
-            # which feeds the judge-token budget.
-            budget = self.sampler.budget if self.sampler is not None else budget_from_config(cfg.sampling, cfg.queue.url)
-            if not cfg.runs_receiver or hasattr(budget, "pending"):
-                # Worker-only processes have no sampler, and the shared (Redis) budget wants one report per
-                # scored record (it counts admitted records not yet reported): feed it from the worker.
-                self.worker.on_usage = lambda usage, b=budget: b.add_judge_tokens(usage.total_tokens)
-                self._budget_fed_by_worker = True
-            with usage_scope() as usage:
-                self._judge_usage = usage
-                self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
-            if self.budget is None:  # a worker-only process still reports judge tokens to the (shared) budget
+            if self.budget is None:  # worker-only: no sampler, but the (shared) budget still hears the spending
                 self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
-                self._budget_task = asyncio.create_task(self._budget_loop(), name="ragtrace-budget-feed")
+            # each scored record's judge usage is reported to the budget (the Redis one counts admitted
+            # records until their report arrives)
+            self.worker.on_usage = lambda usage, b=self.budget: b.add_judge_tokens(usage.total_tokens)
+            self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
         if cfg.listen.metrics_port is not None:
             await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)
         self._ready = True
@@ -187,7 +175,7 @@ class CollectorApp:
             await self.http.stop()
         if self.grpc is not None:
             await self.grpc.stop(grace=min(1.0, drain_timeout))
-        for task in (self._sweep_task, self._lag_task, self._budget_task):
+        for task in (self._sweep_task, self._lag_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -209,7 +197,6 @@ class CollectorApp:
             self.queue.close()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
-        self._feed_budget()
         if self.assembler is not None:
             self.assembler.state.close()
         if self.budget is not None:
@@ -224,15 +211,6 @@ class CollectorApp:
                 await self.process_completed()
             except Exception:
                 log.exception("assembly sweep failed")
-
-    def _feed_budget(self) -> None:
-        usage = self._judge_usage
-        if usage is None or self.sampler is None or getattr(self, "_budget_fed_by_worker", False):
-            return
-        total = usage.total_tokens
-        if total > self._judge_tokens_seen:
-            self.sampler.budget.add_judge_tokens(total - self._judge_tokens_seen)
-            self._judge_tokens_seen = total
 
     SWEEP_CHUNK = 512  # completed traces taken at a time: bounds what a sweep holds beyond assembly's bounds
 
@@ -250,7 +228,6 @@ class CollectorApp:
     async def process_completed(self, everything: bool = False) -> int:
         """Build, observe and sample every completed trace, a chunk at a time; returns records built."""
         assert self.assembler is not None and self.sampler is not None
-        self._feed_budget()
         loop = asyncio.get_running_loop()
         built = 0
         while True:

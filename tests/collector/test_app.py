@@ -83,3 +83,29 @@ async def test_sweep_backlog_sheds_until_it_catches_up(tmp_path):
         assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 200
     finally:
         await app.stop(drain_timeout=1)
+
+
+async def test_worker_role_scores_what_receivers_queued(tmp_path):
+    from collector.record import RagRecord
+
+    config = make_config(tmp_path, role="worker", scoring={"metrics": ["faithfulness"], "concurrency": 1})
+    queue = open_queue(config.queue_url, 10)
+    queue.put(RagRecord(trace_id="ab" * 16, pipeline="p", user_input="What does the warranty cover?",
+                        retrieved_contexts=["The warranty covers manufacturing defects for two years."],
+                        response="The warranty covers manufacturing defects."))
+    queue.close()
+    app = CollectorApp(config)
+    await app.start()
+    try:
+        assert app.http_port is None and app.grpc_port is None and app.metrics_port
+        import asyncio
+
+        g = app.registry.get_sample_value
+        for _ in range(300):
+            if g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}):
+                break
+            await asyncio.sleep(0.05)
+        assert g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) == 1
+        assert app.queue.depth() == 0
+    finally:
+        await app.stop(drain_timeout=1)
