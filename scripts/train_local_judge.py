@@ -101,7 +101,20 @@ class EmbeddingTable:
         return np.stack([self.table[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
 
 
-def extract(rows: list[dict], table: EmbeddingTable | None) -> list[dict]:
+COMMON_WORDS = 1000
+
+
+def common_words(rows: list[dict], n: int = COMMON_WORDS) -> list[str]:
+    """The n content stems found in the most training answers (document frequency)."""
+    from collections import Counter
+
+    df: Counter[str] = Counter()
+    for row in rows:
+        df.update(set(T.content_words(row["response"])))
+    return sorted(w for w, _ in df.most_common(n))
+
+
+def extract(rows: list[dict], table: EmbeddingTable | None, common: frozenset[str] = frozenset()) -> list[dict]:
     """Per response: claim features, claim labels, response label (and context-sentence relevance data)."""
     indexes: dict[tuple[str, ...], F.ContextIndex] = {}
     prepared = []
@@ -125,7 +138,7 @@ def extract(rows: list[dict], table: EmbeddingTable | None) -> list[dict]:
         texts = [c.text for c in claims]
         claim_emb = table(texts) if table is not None else None
         q_emb = table([row["user_input"]])[0] if table is not None else None
-        support = F.claim_features(texts, row["user_input"], index, claim_emb, q_emb)
+        support = F.claim_features(texts, row["user_input"], index, claim_emb, q_emb, common)
         out.append(
             {
                 "id": row["id"],
@@ -303,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     train_rows = [r for r in rows if split_of(r) == "train"]
     print(f"{len(train_rows)} training responses of {len(rows)}", file=sys.stderr)
     table = None if args.no_embeddings else EmbeddingTable(args.embedding_cache)
-    items = extract(train_rows, table)
+    common = common_words(train_rows)
+    items = extract(train_rows, table, frozenset(common))
 
     models, stats = {}, {}
     sets = {"lexical": F.LEXICAL_FEATURES}
@@ -334,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "models": models,
         "training": stats,
         "relevance": relevance,
+        "common_words": common,
         "seconds": round(time.time() - start, 1),
     }
     text = json.dumps(params, indent=1)

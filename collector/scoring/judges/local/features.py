@@ -2,7 +2,8 @@
 
 One row per claim, columns named in :data:`FEATURE_NAMES`. The signals: lexical coverage of the
 claim's content words (whole contexts, best sentence, bigrams, fuzzy match), novel numbers, months
-and capitalised names (an invented figure or name is strong evidence), negation mismatch with the
+and capitalised names (an invented figure or name is strong evidence), novel rare versus common
+words, conflicts with the best sentence's figures and names, negation mismatch with the
 best sentence, hedged "the passages do not say" claims, length and position, and, when an embedder
 is given, embedding similarity of the claim to its best context sentences and to the question.
 The same code computes the features for training (``scripts/train_local_judge.py``) and at run time.
@@ -25,6 +26,8 @@ LEXICAL_FEATURES = (
     "novel_words",
     "novel_words_not_in_question",
     "novel_long_words",
+    "novel_rare_words",
+    "novel_common_words",
     "novel_bigrams",
     "best_sentence_coverage",
     "bigram_coverage",
@@ -108,8 +111,13 @@ def claim_features(
     index: ContextIndex,
     claim_embeddings: np.ndarray | None = None,
     question_embedding: np.ndarray | None = None,
+    common_words: frozenset[str] = frozenset(),
 ) -> list[ClaimSupport]:
-    """Features for each claim against the indexed contexts (embedding columns 0 without embeddings)."""
+    """Features for each claim against the indexed contexts (embedding columns 0 without embeddings).
+
+    ``common_words``: stems frequent in answers (learned at training time, stored with the model);
+    a novel word outside them ("Napoleon", "gold") says more than a novel common one ("ensure").
+    """
     q_tokens = set(T.content_words(question))
     q_numbers = T.numbers(question)
     q_lower = question.lower()
@@ -166,6 +174,8 @@ def claim_features(
             math.log1p(len(novel)),
             math.log1p(len(novel_not_q)),
             math.log1p(sum(1 for w in novel_not_q if len(w) >= 7)),
+            math.log1p(len(novel_not_q - common_words)),
+            math.log1p(len(novel_not_q & common_words)),
             math.log1p(len(claim_bigrams - index.bigrams)),
             max(best_overlap, 0) / size,
             bigram_cov,

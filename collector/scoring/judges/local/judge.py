@@ -143,7 +143,7 @@ class LocalJudge(Judge):
         if self.use_embeddings:
             vectors = self.embedder.embed(list(claims) + [question])
             claim_emb, q_emb = vectors[:-1], vectors[-1]
-        rows = claim_features(claims, question, index, claim_emb, q_emb)
+        rows = claim_features(claims, question, index, claim_emb, q_emb, self.params.common_words)
         if not rows:
             return []
         x = np.stack([r.features for r in rows])[:, self._columns]

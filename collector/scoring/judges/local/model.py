@@ -179,10 +179,16 @@ class LocalJudgeParams:
 
     models: dict[str, "LogisticModel | TreeEnsembleModel"]
     relevance_threshold: float
+    common_words: frozenset[str]
     raw: dict[str, Any]
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "LocalJudgeParams":
         data = json.loads(Path(path or PARAMS_PATH).read_text())
         models = {name: model_from_json(m) for name, m in data["models"].items()}
-        return cls(models=models, relevance_threshold=float(data["relevance"]["threshold"]), raw=data)
+        return cls(
+            models=models,
+            relevance_threshold=float(data["relevance"]["threshold"]),
+            common_words=frozenset(data.get("common_words", ())),
+            raw=data,
+        )
