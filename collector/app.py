@@ -216,13 +216,14 @@ class CollectorApp:
 
     def _under_pressure(self) -> bool:
         """Shed new OTLP requests while completed traces wait longer than the backlog bound to become
-        records, or assembly holds more than 90% of its byte bound (instead of evicting)."""
+        records, or assembly holds more than 90% of its trace or byte bound (rather than evicting)."""
         limits, assembly = self.config.limits, self.config.assembly
         if self._behind_since is not None and limits.max_loop_lag_seconds is not None:
             if asyncio.get_running_loop().time() - self._behind_since > limits.max_loop_lag_seconds:
                 return True
         if self.assembler is not None:
-            return self.assembler.state.inflight()[1] > 0.9 * assembly.max_inflight_bytes
+            traces, nbytes = self.assembler.state.inflight()
+            return traces > 0.9 * assembly.max_inflight_traces or nbytes > 0.9 * assembly.max_inflight_bytes
         return False
 
     async def process_completed(self, everything: bool = False) -> int:

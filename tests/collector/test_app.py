@@ -109,3 +109,14 @@ async def test_worker_role_scores_what_receivers_queued(tmp_path):
         assert app.queue.depth() == 0
     finally:
         await app.stop(drain_timeout=1)
+
+
+async def test_assembly_trace_count_near_its_bound_sheds(tmp_path):
+    app = CollectorApp(make_config(tmp_path, assembly={"max_inflight_traces": 3}))
+    await app.start()
+    try:
+        statuses = [await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) for _ in range(5)]
+        assert statuses == [200, 200, 200, 503, 503]
+        assert app.registry.get_sample_value("ragtrace_assembly_completed_total", {"reason": "evicted"}) is None
+    finally:
+        await app.stop(drain_timeout=1)
