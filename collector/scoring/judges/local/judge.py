@@ -4,10 +4,14 @@ Decisions it makes, and how:
 
 * claims: ``pysbd`` sentences of the response, compound sentences split (see :mod:`text`);
 * claim support (faithfulness, hallucination, noise sensitivity, context recall's attribution,
-  chunk usefulness): a logistic regression over lexical, number/date/name, negation and embedding
-  features (:mod:`features`), trained on RAGTruth QA by ``scripts/train_local_judge.py``; the
-  verdict is ``yes`` when P(supported) reaches the trained threshold, ``confidence`` is P(supported),
-  ``evidence`` the best context sentence, ``reason`` names what is missing from the contexts;
+  chunk usefulness): gradient-boosted trees over lexical coverage, novel numbers/dates/names,
+  conflicts, negation and (optionally) embedding features (:mod:`features`, :mod:`model`), trained
+  on the RAGTruth QA and HaluEval training split by ``scripts/train_local_judge.py``; P(supported)
+  is calibrated to claim frequencies; the verdict is ``yes`` when it reaches the threshold tuned so
+  that hallucinated = faithfulness < 1 has the best balanced accuracy; ``confidence`` is
+  P(supported), ``evidence`` the best context sentence, ``reason`` names what the contexts lack;
+* chunk usefulness (context precision, noise sensitivity): a chunk is useful for a target when it
+  alone supports at least one of the target's claims;
 * embeddings and context-sentence relevance: all-MiniLM-L6-v2 (int8 ONNX) cosines, with the
   question-to-sentence threshold calibrated at training time;
 * entities: capitalised spans and numbers (rules).
@@ -21,8 +25,8 @@ Usage accounting: the judge makes no paid or remote calls, so it records nothing
 
 Configuration (argument → environment → default): ``embeddings`` /
 ``RAGTRACE_LOCAL_JUDGE_EMBEDDINGS`` for claim support (default ``0``: the lexical model, which
-meets the ≥50 records/s target on 2 cores; ``1``: the model with embedding features, about a
-point of balanced accuracy better and an order of magnitude slower, see ``params.json``),
+meets the ≥50 records/s target on 2 cores; ``1``: the model with embedding features, as accurate
+on the held-out split and about 15 times slower),
 ``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``. Embeddings are always used where a decision is
 about meaning rather than support (``embed``, context-sentence relevance); the model loads on
 first use, once per process.
