@@ -1,7 +1,8 @@
 """Assembly: spans of one trace, arriving across requests and batches, become one RagRecord.
 
 A trace is complete when its root span has arrived and ``grace_seconds`` have passed (stragglers
-exported in a later batch still make it), or ``max_wait_seconds`` after its first span whatever
+exported in a later batch still make it; ragtrace's ``@pipeline`` span counts as the root, since it
+ends after every RAG span of the request even when the trace's real root lives in another service), or ``max_wait_seconds`` after its first span whatever
 happens (the root may live in another service, or never come). Spans for a trace already completed
 are *late*: counted, not stored. In-flight traces are bounded by count and bytes; overflow completes
 the oldest early (reason ``evicted``) and counts it, so memory stays bounded and nothing is silently lost.
@@ -18,6 +19,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
+
+from ragtrace.attributes import RAGTRACE_SPAN_ROLE, ROLE_PIPELINE
 
 from collector.conventions import build_record
 from collector.receiver.spans import DecodedRequest, SpanData
@@ -227,7 +230,7 @@ class Assembler:
             root = False
             for s in spans:
                 nbytes += s.nbytes
-                if not s.parent_id:
+                if not s.parent_id or s.attrs.get(RAGTRACE_SPAN_ROLE) == ROLE_PIPELINE:
                     root = True
             result = self.state.add(trace_id, spans, nbytes, root, now)
             late += result.late_spans

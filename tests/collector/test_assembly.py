@@ -157,3 +157,13 @@ def test_deadline_heap_stays_proportional_to_traces_in_flight():
         state.pop_due(now)
     assert state.inflight() == (0, 0)
     assert len(state._heap) <= 2 * 1 + 1024
+
+
+def test_pipeline_span_with_a_remote_parent_completes_like_a_root():
+    """A RAG service called by a gateway: the trace's root is exported elsewhere, the @pipeline span is ours."""
+    asm, clock, obs = make()
+    tid = "e" * 32
+    pipeline = SpanData(tid, "2", "gateway0", "support", 1, 2, attrs={"ragtrace.span.role": "pipeline"})
+    asm.add(batch(span(tid, "3", parent="2"), pipeline))
+    clock.t += 2.1
+    assert [c.reason for c in asm.completed()] == [REASON_ROOT]
