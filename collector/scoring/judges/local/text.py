@@ -151,9 +151,15 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+_ACRONYM = re.compile(r"\b[A-Z](?:[.&][A-Z])+\b\.?")
+
+
 def content_words(text: str) -> list[str]:
-    """Lower-cased, stemmed words that carry content (stopwords dropped)."""
-    return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]
+    """Lower-cased, stemmed words that carry content (stopwords dropped; 'F.E.A.R.' → 'fear')."""
+    acronyms = [re.sub(r"[^A-Za-z]", "", m.group()).lower() for m in _ACRONYM.finditer(text)]
+    if acronyms:
+        text = _ACRONYM.sub(" ", text)
+    return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1] + acronyms
 
 
 def _normalise_number(raw: str) -> str:

@@ -141,6 +141,9 @@ async def test_claims_split_lists_and_compound_sentences(judge: LocalJudge) -> N
     ]
     spans = T.claims(response)
     assert all(response[s.start : s.end] == s.text for s in spans)
+    # Acronym answers are claims; bare filler is not.
+    assert await judge.extract_claims("Which genre?", "R&B") == ["R&B"]
+    assert await judge.extract_claims("Is it?", "yes") == []
 
 
 async def test_entities_are_names_numbers_and_dates(judge: LocalJudge) -> None:
