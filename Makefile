@@ -15,3 +15,7 @@ test: install
 
 bench: install
 	$(PYTHON) bench/sdk_overhead.py
+	$(PYTHON) bench/collector_ingest.py
+	$(PYTHON) bench/judge_cost.py --rows 50
+	$(PYTHON) bench/scale_out.py
+	$(PYTHON) scripts/eval_local_judge.py
