@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -14,26 +13,18 @@ from collector.budget import RedisBudget, open_budget
 from collector.config import BudgetConfig, SamplingConfig
 from collector.record import RagRecord
 from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Sampler, budget_from_config
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
-    srv = RedisServer().start()
-    yield srv
-    srv.cleanup()
+def url(redis_server) -> str:
+    return f"{redis_server.url}?prefix={uuid.uuid4().hex[:8]}"
 
 
-def url(server) -> str:
-    return f"{server.url}?prefix={uuid.uuid4().hex[:8]}"
-
-
-def test_records_per_minute_holds_across_processes(server):
-    u = url(server)
+def test_records_per_minute_holds_across_processes(redis_server):
+    u = url(redis_server)
     budgets = [RedisBudget(u, records_per_minute=10) for _ in range(4)]
     outcomes: list[str | None] = []
     lock = threading.Lock()
@@ -54,10 +45,10 @@ def test_records_per_minute_holds_across_processes(server):
     assert budgets[0].usage() == (10, 0)
 
 
-def test_window_slides(server):
-    u = url(server)
+def test_window_slides(redis_server):
+    u = url(redis_server)
     b = RedisBudget(u, records_per_minute=2)
-    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
     now = float(raw.time()[0])
     raw.zadd(b.records_key, {"old1": now - 61, "old2": now - 61})  # admitted over a minute ago
     assert b.acquire() is None and b.acquire() is None
@@ -66,8 +57,8 @@ def test_window_slides(server):
     assert b.usage()[0] == 3  # the window counts only the last 60 s
 
 
-def test_tokens_per_hour_refuses_once_spent_anywhere(server):
-    u = url(server)
+def test_tokens_per_hour_refuses_once_spent_anywhere(redis_server):
+    u = url(redis_server)
     a, b = RedisBudget(u, judge_tokens_per_hour=100), RedisBudget(u, judge_tokens_per_hour=100)
     assert a.acquire() is None
     a.add_judge_tokens(60)
@@ -75,13 +66,13 @@ def test_tokens_per_hour_refuses_once_spent_anywhere(server):
     b.add_judge_tokens(50)  # the admitted record's tokens land after admission
     assert a.acquire() == BUDGET_TOKENS and b.acquire() == BUDGET_TOKENS
     assert a.usage() == (0, 110)
-    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
     minute = int(raw.time()[0]) // 60
     raw.hset(a.tokens_key, mapping={str(minute): 0, str(minute - 61): 999})  # an hour-old bucket no longer counts
     assert a.acquire() is None
 
 
-def test_unlimited_budget_admits_without_redis_calls(server):
+def test_unlimited_budget_admits_without_redis_calls(redis_server):
     b = RedisBudget("redis://127.0.0.1:1/0")  # nothing listens there: never contacted
     assert all(b.acquire() is None for _ in range(100))
 
@@ -105,9 +96,9 @@ def test_redis_down_falls_back_to_a_local_share(tmp_path):
         srv.cleanup()
 
 
-def test_sampler_with_shared_budget_counts_budget_drops(server):
+def test_sampler_with_shared_budget_counts_budget_drops(redis_server):
     cfg = SamplingConfig(rate=1.0, budget={"records_per_minute": 3})
-    u = url(server)
+    u = url(redis_server)
     samplers = [Sampler(cfg, budget_from_config(cfg, u)) for _ in range(2)]
     assert isinstance(samplers[0].budget, RedisBudget)
     decisions = [samplers[i % 2].decide(RagRecord(trace_id=f"{i:032x}")) for i in range(8)]
@@ -115,9 +106,9 @@ def test_sampler_with_shared_budget_counts_budget_drops(server):
     assert {d.reason for d in decisions if not d.sampled} == {BUDGET_RECORDS}
 
 
-def test_admitted_but_unscored_records_count_against_the_token_budget(server):
+def test_admitted_but_unscored_records_count_against_the_token_budget(redis_server):
     """Tokens arrive only after scoring; records admitted meanwhile count at the average cost."""
-    u = url(server)
+    u = url(redis_server)
     receivers = [RedisBudget(u, judge_tokens_per_hour=3000, initial_tokens_per_record=1000) for _ in range(2)]
     worker = RedisBudget(u, judge_tokens_per_hour=3000)
     got = [receivers[i % 2].acquire() for i in range(6)]
@@ -128,7 +119,7 @@ def test_admitted_but_unscored_records_count_against_the_token_budget(server):
     # 500 spent + 2 pending × 500 = 1500: room for 3 more at 500 each.
     got = [receivers[i % 2].acquire() for i in range(5)]
     assert got.count(None) == 3 and worker.pending() == 5
-    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
     raw.zadd(worker.pending_key, {"stale": float(raw.time()[0]) - 1000})  # a record lost long ago
     receivers[0].acquire()
     assert worker.pending() == 5  # forgotten after pending_seconds, not counted forever

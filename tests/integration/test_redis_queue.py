@@ -12,20 +12,10 @@ import redis
 from collector.queue import open_queue
 from collector.queue.redis import RedisStreamQueue, ScoredMarks
 from collector.record import RagRecord
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def server():
-    import os
-
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
-    srv = RedisServer().start()
-    yield srv
-    srv.cleanup()
 
 
 @pytest.fixture
@@ -37,12 +27,12 @@ def rec(i: int) -> RagRecord:
     return RagRecord(trace_id=f"{i:032x}", user_input=f"q{i}", response=f"a{i}", pipeline="p")
 
 
-def make(server, prefix, **kw) -> RedisStreamQueue:
-    return RedisStreamQueue(f"{server.url}?prefix={prefix}", **kw)
+def make(redis_server, prefix, **kw) -> RedisStreamQueue:
+    return RedisStreamQueue(f"{redis_server.url}?prefix={prefix}", **kw)
 
 
-def test_put_lease_ack_roundtrip(server, prefix):
-    q = make(server, prefix)
+def test_put_lease_ack_roundtrip(redis_server, prefix):
+    q = make(redis_server, prefix)
     assert q.depth() == 0 and q.oldest_age() is None
     for i in range(5):
         assert q.put(rec(i))
@@ -64,17 +54,17 @@ def test_put_lease_ack_roundtrip(server, prefix):
     q.close()
 
 
-def test_open_queue_redis_url(server, prefix):
-    q = open_queue(f"{server.url}?prefix={prefix}", max_depth=7)
+def test_open_queue_redis_url(redis_server, prefix):
+    q = open_queue(f"{redis_server.url}?prefix={prefix}", max_depth=7)
     assert isinstance(q, RedisStreamQueue) and q.max_depth == 7 and q.stream == f"{prefix}:records"
     q.close()
 
 
-def test_consumers_share_work_without_duplicates(server, prefix):
-    producer = make(server, prefix)
+def test_consumers_share_work_without_duplicates(redis_server, prefix):
+    producer = make(redis_server, prefix)
     for i in range(200):
         producer.put(rec(i))
-    workers = [make(server, prefix) for _ in range(3)]
+    workers = [make(redis_server, prefix) for _ in range(3)]
     seen: list[str] = []
     lock = threading.Lock()
 
@@ -97,13 +87,13 @@ def test_consumers_share_work_without_duplicates(server, prefix):
     assert producer.depth() == 0
 
 
-def test_dead_consumers_entries_are_reclaimed_after_lease(server, prefix):
-    q = make(server, prefix)
+def test_dead_consumers_entries_are_reclaimed_after_lease(redis_server, prefix):
+    q = make(redis_server, prefix)
     q.put(rec(1))
-    dead = make(server, prefix, consumer="dead-worker")
+    dead = make(redis_server, prefix, consumer="dead-worker")
     first = dead.lease(1, lease_seconds=0.3)
     assert len(first) == 1 and first[0].attempts == 1
-    alive = make(server, prefix, consumer="alive-worker")
+    alive = make(redis_server, prefix, consumer="alive-worker")
     assert alive.lease(1, lease_seconds=0.3) == []  # lease not yet expired
     time.sleep(0.4)
     again = alive.lease(1, lease_seconds=0.3)
@@ -116,8 +106,8 @@ def test_dead_consumers_entries_are_reclaimed_after_lease(server, prefix):
     assert q.depth() == 0
 
 
-def test_release_with_delay_hides_record_until_due(server, prefix):
-    q = make(server, prefix)
+def test_release_with_delay_hides_record_until_due(redis_server, prefix):
+    q = make(redis_server, prefix)
     q.put(rec(1))
     (leased,) = q.lease(1, lease_seconds=30)
     q.release(leased.receipt, delay=0.5)
@@ -125,7 +115,7 @@ def test_release_with_delay_hides_record_until_due(server, prefix):
     assert q.oldest_age() >= 0.0
     assert q.lease(1, lease_seconds=30) == []
     time.sleep(0.6)
-    other = make(server, prefix)
+    other = make(redis_server, prefix)
     (again,) = other.lease(1, lease_seconds=30)
     assert again.record.trace_id == leased.record.trace_id
     assert again.attempts == 2  # deliveries so far, as in the SQLite queue
@@ -134,8 +124,8 @@ def test_release_with_delay_hides_record_until_due(server, prefix):
     assert q.depth() == 0
 
 
-def test_full_stream_drops_newest_and_counts(server, prefix):
-    q = make(server, prefix, max_depth=3)
+def test_full_stream_drops_newest_and_counts(redis_server, prefix):
+    q = make(redis_server, prefix, max_depth=3)
     assert [q.put(rec(i)) for i in range(5)] == [True, True, True, False, False]
     assert q.depth() == 3 and q.overflowed == 2 and q.dropped == 2
     assert q.overflow_total() == 2  # cluster-wide counter in Redis
@@ -143,9 +133,9 @@ def test_full_stream_drops_newest_and_counts(server, prefix):
     assert ids == [f"{i:032x}" for i in range(3)]  # the oldest were kept
 
 
-def test_unreadable_entry_is_dropped_not_redelivered(server, prefix):
-    q = make(server, prefix)
-    r = redis.Redis.from_url(server.url, decode_responses=True)
+def test_unreadable_entry_is_dropped_not_redelivered(redis_server, prefix):
+    q = make(redis_server, prefix)
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
     q.lease(1, 30)  # creates the group
     r.xadd(q.stream, {"r": "{not json", "t": "0", "a": "0"})
     q.put(rec(2))
@@ -154,8 +144,8 @@ def test_unreadable_entry_is_dropped_not_redelivered(server, prefix):
     assert q.corrupt == 1 and r.xlen(q.stream) == 1
 
 
-def test_scored_marks_count_once_across_workers(server, prefix):
-    client = redis.Redis.from_url(server.url, decode_responses=True)
+def test_scored_marks_count_once_across_workers(redis_server, prefix):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     marks = [ScoredMarks(client, prefix, owner=f"w{i}") for i in range(4)]
     wins: list[str] = []
     lock = threading.Lock()
@@ -201,11 +191,11 @@ def test_redis_down_buffers_locally_sheds_beyond_bound_and_recovers(tmp_path, pr
         srv.cleanup()
 
 
-def test_metrics_registered_on_registry(server, prefix):
+def test_metrics_registered_on_registry(redis_server, prefix):
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry()
-    q = make(server, prefix, max_depth=1)
+    q = make(redis_server, prefix, max_depth=1)
     q.register_metrics(reg)
     q.put(rec(1))
     q.put(rec(2))
@@ -213,25 +203,25 @@ def test_metrics_registered_on_registry(server, prefix):
     assert reg.get_sample_value("ragtrace_queue_local_buffer_records") == 0
 
 
-def test_idle_consumers_without_pending_entries_are_forgotten(server, prefix):
-    gone = make(server, prefix, consumer="old-process")
+def test_idle_consumers_without_pending_entries_are_forgotten(redis_server, prefix):
+    gone = make(redis_server, prefix, consumer="old-process")
     gone.put(rec(1))
-    holding = make(server, prefix, consumer="holding-process")
+    holding = make(redis_server, prefix, consumer="holding-process")
     (leased,) = holding.lease(1, 30)
     gone.lease(1, 30)  # registers the consumer, gets nothing
-    q = make(server, prefix, consumer="new-process")
+    q = make(redis_server, prefix, consumer="new-process")
     q.reap_idle_ms = 0
     q.lease(1, 30)
     names = {c["name"] for c in q._r.xinfo_consumers(q.stream, q.group)}
     assert "old-process" not in names and "holding-process" in names  # the one holding an entry stays
 
 
-def test_extend_keeps_a_slow_workers_lease_and_fails_once_lost(server, prefix):
-    q = make(server, prefix)
+def test_extend_keeps_a_slow_workers_lease_and_fails_once_lost(redis_server, prefix):
+    q = make(redis_server, prefix)
     q.put(rec(1))
-    slow = make(server, prefix, consumer="slow")
+    slow = make(redis_server, prefix, consumer="slow")
     (leased,) = slow.lease(1, lease_seconds=0.4)
-    other = make(server, prefix, consumer="other")
+    other = make(redis_server, prefix, consumer="other")
     for _ in range(3):  # 0.75 s in all, longer than the lease, renewed every 0.25 s
         time.sleep(0.25)
         assert slow.extend(leased.receipt, 0.4)
@@ -280,23 +270,23 @@ def test_outage_under_concurrent_puts_loses_and_duplicates_nothing(tmp_path, pre
         srv.cleanup()
 
 
-def test_killed_consumers_entries_are_taken_over_before_the_lease_ends(server, prefix):
-    q = make(server, prefix)
+def test_killed_consumers_entries_are_taken_over_before_the_lease_ends(redis_server, prefix):
+    q = make(redis_server, prefix)
     for i in range(3):
         q.put(rec(i))
     kw = {"alive_interval": 0.2, "alive_ttl": 1.0}
-    dead = make(server, prefix, consumer="killed", **kw)
-    alive = make(server, prefix, consumer="slow-but-alive", **kw)
+    dead = make(redis_server, prefix, consumer="killed", **kw)
+    alive = make(redis_server, prefix, consumer="slow-but-alive", **kw)
     assert len(dead.lease(2, lease_seconds=60)) == 2
     assert len(alive.lease(1, lease_seconds=60)) == 1
     dead._closing.set()  # its heartbeat stops, as when the process is killed (no close(), no cleanup)
-    taker = make(server, prefix, consumer="taker", **kw)
+    taker = make(redis_server, prefix, consumer="taker", **kw)
     assert taker.lease(5, lease_seconds=60) == []  # still alive as far as anyone can tell
     time.sleep(1.3)
     got = taker.lease(5, lease_seconds=60)  # 60 s lease, taken over after ~1 s
     assert sorted(g.record.trace_id for g in got) == [f"{0:032x}", f"{1:032x}"]
     assert all(g.attempts == 2 for g in got) and taker.reclaimed == 2
-    other = make(server, prefix, consumer="other", **kw)
+    other = make(redis_server, prefix, consumer="other", **kw)
     time.sleep(1.1)
     assert other.lease(5, lease_seconds=60) == []  # the live holder keeps its entry; no second taker
     alive.close()

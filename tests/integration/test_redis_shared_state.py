@@ -1,8 +1,7 @@
-"""RedisAssemblyState: two receivers' assemblers sharing in-flight traces through a real redis-server."""
+"""RedisAssemblyState: two receivers' assemblers sharing in-flight traces through a real redis-redis_server."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -12,24 +11,16 @@ import pytest
 from collector.assembly import Assembler
 from collector.receiver.spans import DecodedRequest, SpanData
 from collector.shared_state import RedisAssemblyState, open_assembly_state
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
-    srv = RedisServer().start()
-    yield srv
-    srv.cleanup()
-
-
-def state(server, prefix, **kw) -> RedisAssemblyState:
+def state(redis_server, prefix, **kw) -> RedisAssemblyState:
     kw.setdefault("grace_seconds", 0.2)
     kw.setdefault("max_wait_seconds", 5.0)
-    return RedisAssemblyState(f"{server.url}?prefix={prefix}", **kw)
+    return RedisAssemblyState(f"{redis_server.url}?prefix={prefix}", **kw)
 
 
 def span(trace: str, sid: str, parent: str = "", name: str = "s", **attrs) -> SpanData:
@@ -40,9 +31,9 @@ def tid(i: int) -> str:
     return f"{i:032x}"
 
 
-def test_spans_split_across_receivers_complete_once(server):
+def test_spans_split_across_receivers_complete_once(redis_server):
     prefix = uuid.uuid4().hex[:8]
-    a, b = state(server, prefix), state(server, prefix)
+    a, b = state(redis_server, prefix), state(redis_server, prefix)
     t = tid(1)
     a.add(t, [span(t, "00000000000000a1", "00000000000000r1", "retrieve", **{"retrieval.documents.0.document.content": "x"})], 100, False, 0)
     b.add(t, [span(t, "00000000000000g1", "00000000000000r1", "generate"), span(t, "00000000000000r1", "", "root")], 200, True, 0)
@@ -61,9 +52,9 @@ def test_spans_split_across_receivers_complete_once(server):
     assert a.inflight() == (0, 0)
 
 
-def test_concurrent_sweeps_never_complete_a_trace_twice(server):
+def test_concurrent_sweeps_never_complete_a_trace_twice(redis_server):
     prefix = uuid.uuid4().hex[:8]
-    states = [state(server, prefix, grace_seconds=0.0) for _ in range(3)]
+    states = [state(redis_server, prefix, grace_seconds=0.0) for _ in range(3)]
     n = 300
     for i in range(n):
         states[i % 3].add(tid(i), [span(tid(i), "0000000000000001")], 10, True, 0)
@@ -84,9 +75,9 @@ def test_concurrent_sweeps_never_complete_a_trace_twice(server):
     assert sorted(got) == sorted(tid(i) for i in range(n))
 
 
-def test_max_wait_and_eviction(server):
+def test_max_wait_and_eviction(redis_server):
     prefix = uuid.uuid4().hex[:8]
-    s = state(server, prefix, max_wait_seconds=0.3, max_traces=2)
+    s = state(redis_server, prefix, max_wait_seconds=0.3, max_traces=2)
     s.add(tid(1), [span(tid(1), "0000000000000001", "00000000000000ff")], 10, False, 0)
     s.add(tid(2), [span(tid(2), "0000000000000001", "00000000000000ff")], 10, False, 0)
     res = s.add(tid(3), [span(tid(3), "0000000000000001", "00000000000000ff")], 10, False, 0)
@@ -95,7 +86,7 @@ def test_max_wait_and_eviction(server):
     time.sleep(0.4)
     done = s.pop_due(0)
     assert sorted((c.trace_id, c.reason) for c in done) == [(tid(2), "max_wait"), (tid(3), "max_wait")]
-    bytes_bound = state(server, uuid.uuid4().hex[:8], max_bytes=150)
+    bytes_bound = state(redis_server, uuid.uuid4().hex[:8], max_bytes=150)
     bytes_bound.add(tid(1), [span(tid(1), "0000000000000001", "00000000000000ff")], 100, False, 0)
     res = bytes_bound.add(tid(2), [span(tid(2), "0000000000000001", "00000000000000ff")], 100, False, 0)
     assert [c.trace_id for c in res.evicted] == [tid(1)] and bytes_bound.inflight() == (1, 100)
@@ -122,7 +113,7 @@ def test_redis_down_assembles_locally_and_recovers(tmp_path):
         srv.cleanup()
 
 
-def test_assembler_over_shared_state_builds_one_record(server):
+def test_assembler_over_shared_state_builds_one_record(redis_server):
     """The ingest helper's Assembler, unchanged, on top of the shared state of two receivers."""
 
     class Cfg:
@@ -132,7 +123,7 @@ def test_assembler_over_shared_state_builds_one_record(server):
         max_inflight_bytes = 1 << 20
 
     prefix = uuid.uuid4().hex[:8]
-    url = f"{server.url}?prefix={prefix}"
+    url = f"{redis_server.url}?prefix={prefix}"
     asm_a, asm_b = Assembler(open_assembly_state(url, Cfg)), Assembler(open_assembly_state(url, Cfg))
     t = tid(42)
     ra, rb = DecodedRequest(), DecodedRequest()
@@ -144,9 +135,9 @@ def test_assembler_over_shared_state_builds_one_record(server):
     assert len(records) == 1 and records[0].trace_id == t
 
 
-def test_shutdown_of_one_receiver_leaves_shared_traces_to_the_others(server):
+def test_shutdown_of_one_receiver_leaves_shared_traces_to_the_others(redis_server):
     prefix = uuid.uuid4().hex[:8]
-    leaving, staying = state(server, prefix, grace_seconds=0.3), state(server, prefix, grace_seconds=0.3)
+    leaving, staying = state(redis_server, prefix, grace_seconds=0.3), state(redis_server, prefix, grace_seconds=0.3)
     t = tid(7)
     leaving.add(t, [span(t, "0000000000000001")], 10, True, 0)
     assert leaving.pop_all() == []  # not due yet: another receiver may still get its spans

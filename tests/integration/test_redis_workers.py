@@ -7,7 +7,6 @@ the Redis scored marks can keep a record delivered twice from counting twice in 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
@@ -18,20 +17,10 @@ from collector.queue.redis import RedisStreamQueue
 from collector.record import RagRecord
 from collector.scoring.judge import Judge
 from collector.worker import build_worker
-from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.integration
 
 LEXICAL = ["bleu", "rouge", "levenshtein"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
-    srv = RedisServer().start()
-    yield srv
-    srv.cleanup()
 
 
 def rec(i: int) -> RagRecord:
@@ -44,8 +33,8 @@ def total(registries, metric: str) -> float:
                for r in registries)
 
 
-async def test_three_workers_with_separate_stores_count_each_record_once(server, tmp_path):
-    url = f"{server.url}?prefix={uuid.uuid4().hex[:8]}"
+async def test_three_workers_with_separate_stores_count_each_record_once(redis_server, tmp_path):
+    url = f"{redis_server.url}?prefix={uuid.uuid4().hex[:8]}"
     producer = RedisStreamQueue(url)
     for i in range(40):
         assert producer.put(rec(i))
