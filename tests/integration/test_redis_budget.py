@@ -13,7 +13,6 @@ from collector.budget import RedisBudget, open_budget
 from collector.config import BudgetConfig, SamplingConfig
 from collector.record import RagRecord
 from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Sampler, budget_from_config
-
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

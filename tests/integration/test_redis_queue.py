@@ -12,7 +12,6 @@ import redis
 from collector.queue import open_queue
 from collector.queue.redis import RedisStreamQueue, ScoredMarks
 from collector.record import RagRecord
-
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,6 @@ import pytest
 from collector.assembly import Assembler
 from collector.receiver.spans import DecodedRequest, SpanData
 from collector.shared_state import RedisAssemblyState, open_assembly_state
-
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
