@@ -261,8 +261,9 @@ class Traffic:
     """Sends example requests at ``rate`` per second from a small thread pool until stopped.
 
     ``degrade_after`` (seconds from start) switches the faults on: the best passage is dropped and an
-    unsupported claim is appended, so faithfulness falls. Every fourth request carries its reference
-    answer (reference-based metrics; the collector always samples those).
+    unsupported claim is appended, so faithfulness falls, and the first token comes 0.6 s later.
+    Every fourth request carries its reference answer (reference-based metrics; the collector
+    always samples those).
     """
 
     def __init__(self, rate: float, degrade_after: float | None = None, threads: int = 4,
@@ -362,7 +363,8 @@ class Traffic:
         t0 = time.perf_counter()
         started = time.time()
         try:
-            answer = self.app.answer(q["question"], drop_best=degraded, add_unsupported_claim=degraded,
+            # degrade: every fault of the example (best passage dropped, invented claim, slow first token)
+            answer = self.app.answer(q["question"], degrade=degraded,
                                      reference=q["reference"] if n % 4 == 0 else None,
                                      session_id=f"demo-{n % 10}")
             req = Request(started, q["question"], time.perf_counter() - t0, answer.trace_id, degraded)
