@@ -8,7 +8,7 @@ install:
 	$(PYTHON) -m pip install -q -e ".[collector,dev]"
 
 demo: install
-	$(PYTHON) -m collector.cli demo
+	$(PYTHON) -m collector.cli demo --degrade-after 90
 
 test: install
 	$(PYTHON) -m pytest -q
