@@ -139,3 +139,41 @@ def last_assistant_message(messages: list[Message]) -> str | None:
         if role in ("assistant", "ai", "model", ""):
             return content
     return messages[-1][1] if messages else None
+
+
+_USER_ROLES = ("user", "human")
+_ASSISTANT_ROLES = ("assistant", "ai", "model")
+
+
+def conversation(
+    prompt: list[Message], question: str | None, answer: str | None, contexts: Sequence[str] = ()
+) -> list[Message]:
+    """The user/assistant conversation of a request: the prompt's earlier exchanges, the question, the answer.
+
+    A prompt is not a conversation as written: system and tool messages are instructions, and the last
+    user message is often a template stuffed with the retrieved contexts. So only user and assistant
+    messages are kept, user messages carrying a retrieved context are dropped, and the final user turn is
+    the request's own question when known (the template's last user message otherwise). Empty when the
+    prompt has no messages, so the record keeps its single question/answer exchange.
+    """
+    if not prompt:
+        return []
+    stuffed = [c for c in contexts if len(c.strip()) >= 20]
+    turns: list[Message] = []
+    last = len(prompt) - 1
+    for i, (role, content) in enumerate(prompt):
+        role = role.lower()
+        if role in _ASSISTANT_ROLES:
+            turns.append(("assistant", content))
+        elif role in _USER_ROLES or role == "":
+            # a context-stuffed template is kept only when it is all there is of the question
+            if not any(c in content for c in stuffed) or (i == last and not question):
+                turns.append(("user", content))
+    if question:
+        if turns and turns[-1][0] == "user":
+            turns[-1] = ("user", question)
+        else:
+            turns.append(("user", question))
+    if answer:
+        turns.append(("assistant", answer))
+    return [t for t in turns if t[1].strip()]

@@ -3,7 +3,8 @@
 The request is the outermost pipeline span (ragtrace ``@pipeline``, an OpenInference CHAIN, an
 OpenLLMetry workflow) or else the root span; contexts come from the last reranker's output if there is
 one, otherwise from the retrievers in start order; answer, model, tokens and streaming timings come from
-the generator spans (the last one wins for text, tokens are summed).
+the generator spans (the last one wins for text, tokens are summed); the conversation turns from the
+answering generator's prompt messages (see :func:`messages.conversation`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collector.conventions.values import (
     text_of,
 )
 from collector.receiver.spans import STATUS_ERROR, SpanData
-from collector.record import Context, RagRecord
+from collector.record import Context, RagRecord, Turn
 
 _TTFT_KEYS = (A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, "gen_ai.server.time_to_first_token", "llm.time_to_first_token")
 _TPOT_KEYS = (A.RAGTRACE_TIME_PER_OUTPUT_TOKEN, "gen_ai.server.time_per_output_token")
@@ -149,6 +150,7 @@ def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> Rag
     ttft = tpot = None
     streamed = None
     gen_duration = None
+    prompt: list[messages.Message] = []  # the answering generator's input messages, for the turns
     for s in generators:
         a = s.attrs
         model = first(a, _MODEL_KEYS) or model
@@ -169,6 +171,7 @@ def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> Rag
         if not full:
             continue
         in_msgs = messages.input_messages(a, s.events)
+        prompt = in_msgs or prompt
         out_msgs = messages.output_messages(a, s.events)
         text = _text(a, (A.OUTPUT_VALUE,), ANSWER_KEYS) or messages.last_assistant_message(out_msgs)
         if answer is None and text and s is generators[-1]:
@@ -255,12 +258,16 @@ def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> Rag
     )
     if not full:
         return RecordSummary(scores=scores, metadata={}, **fields)  # type: ignore[return-value]
+    turns = [
+        Turn.model_construct(role=role, content=content)
+        for role, content in messages.conversation(prompt, query, answer, [d["content"] for d in docs])
+    ]
     contexts = [
         Context.model_construct(content=d["content"], id=d["id"], score=d["score"], metadata=d["metadata"] or {})
         for d in docs
     ]
     return RagRecord.model_construct(
-        retrieved_contexts=contexts, turns=[], tags=tags, metadata=metadata, sampling_weight=1.0, **fields
+        retrieved_contexts=contexts, turns=turns, tags=tags, metadata=metadata, sampling_weight=1.0, **fields
     )
 
 
