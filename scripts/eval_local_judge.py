@@ -64,7 +64,7 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
         if not claims:
             skipped += 1  # the metric would be skipped: no checkable claims
             continue
-        verdicts = await judge.verify_claims(claims, row["retrieved_contexts"])
+        verdicts = await judge.verify_claims(claims, row["retrieved_contexts"], row["user_input"])
         labels.append(int(row["hallucinated"]))
         faithfulness.append(sum(v.verdict == "yes" for v in verdicts) / len(verdicts))
         min_conf.append(min(v.confidence for v in verdicts))

@@ -171,15 +171,21 @@ class Judge:
         """Break the response into short, self-contained factual claims (pronouns resolved)."""
         raise self._unsupported("claim extraction")
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str]) -> list[ClaimVerdict]:
-        """One verdict per claim: is it supported by the contexts taken together?"""
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
+        """One verdict per claim: is it supported by the contexts taken together?
+
+        ``question`` is the one the claims answer: a signal for judges that read it (the local
+        judge's model does), passed with every call so a verdict never depends on other records.
+        """
         raise self._unsupported("claim verification")
 
     async def verify_claims_per_context(
-        self, claims: Sequence[str], contexts: Sequence[str]
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
     ) -> list[list[ClaimVerdict]]:
         """``result[j][i]``: is claim ``i`` supported by context ``j`` alone? (noise sensitivity)"""
-        return [await self.verify_claims(claims, [ctx]) for ctx in contexts]
+        return [await self.verify_claims(claims, [ctx], question) for ctx in contexts]
 
     # relevancy --------------------------------------------------------------------------------
     async def statement_relevance(self, question: str, response: str) -> list[ClaimVerdict]:

@@ -293,14 +293,17 @@ class LLMJudge(Judge):
         return [ClaimVerdict(c.claim.strip(), c.relevant) for c in (await self._claims(question, response)).claims
                 if c.claim.strip()]
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str]) -> list[ClaimVerdict]:
+    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
+        """Support is judged against the contexts alone; the question is not part of the prompt."""
         if not claims:
             return []
         reply, _ = await self.ask(P.verify_prompt(claims, contexts), P.VerdictsReply, _ids_check(len(claims), "verdicts"))
         by_id = {v.id: v for v in reply.verdicts}
         return [ClaimVerdict(c, by_id[i].verdict, by_id[i].reason) for i, c in enumerate(claims, 1)]
 
-    async def verify_claims_per_context(self, claims: Sequence[str], contexts: Sequence[str]) -> list[list[ClaimVerdict]]:
+    async def verify_claims_per_context(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[list[ClaimVerdict]]:
         if not claims:
             return [[] for _ in contexts]
         n_ctx = len(contexts)

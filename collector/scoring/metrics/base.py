@@ -87,6 +87,10 @@ class ScoringContext:
     def contexts(self) -> list[str]:
         return [c for c in self.record.context_texts if c.strip()]
 
+    @property
+    def question(self) -> str:
+        return self.record.user_input or ""
+
     async def claims(self) -> list[str]:
         """The response's claims: extracted once per record, shared by faithfulness,
         hallucination and noise sensitivity."""
@@ -97,19 +101,19 @@ class ScoringContext:
     async def claim_verdicts(self) -> list[ClaimVerdict]:
         """A verdict for every claim against all contexts, in one judge call."""
         claims = await self.claims()
-        verdicts = await self.memo(("claim_verdicts",), lambda: self.judge.verify_claims(claims, self.contexts))
+        verdicts = await self.memo(("claim_verdicts",), lambda: self.judge.verify_claims(claims, self.contexts, self.question))
         return _aligned(verdicts, len(claims), "claim verdicts")
 
     async def claims_vs_reference(self) -> list[ClaimVerdict]:
         claims = await self.claims()
         ref = self.record.reference or ""
-        verdicts = await self.memo(("claims_vs_reference",), lambda: self.judge.verify_claims(claims, [ref]))
+        verdicts = await self.memo(("claims_vs_reference",), lambda: self.judge.verify_claims(claims, [ref], self.question))
         return _aligned(verdicts, len(claims), "claim verdicts against the reference")
 
     async def claims_per_context(self) -> list[list[ClaimVerdict]]:
         claims = await self.claims()
         matrix = await self.memo(
-            ("claims_per_context",), lambda: self.judge.verify_claims_per_context(claims, self.contexts)
+            ("claims_per_context",), lambda: self.judge.verify_claims_per_context(claims, self.contexts, self.question)
         )
         if len(matrix) != len(self.contexts):
             raise JudgeError(f"judge returned {len(matrix)} rows for {len(self.contexts)} contexts")

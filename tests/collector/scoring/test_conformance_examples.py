@@ -59,7 +59,7 @@ class ExampleJudge(Judge):
         self.calls.append("extract_claims")
         return list(self.d.get("claims") or self.d.get("response_claims") or [])
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str]) -> list[ClaimVerdict]:
+    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
         self.calls.append("verify_claims")
         reference = self.ex["sample"].get("reference")
         if reference is not None and list(contexts) == [reference]:  # claims checked against the reference
@@ -68,7 +68,7 @@ class ExampleJudge(Judge):
             flags = self.d["verdicts"]
         return [ClaimVerdict(c, _yes(f)) for c, f in zip(claims, flags)]
 
-    async def verify_claims_per_context(self, claims, contexts):
+    async def verify_claims_per_context(self, claims, contexts, question=""):
         self.calls.append("verify_claims_per_context")
         relevant = self._relevant_chunks(len(contexts))
         rel = self.d.get("entailed_by_relevant_chunk", [0] * len(claims))

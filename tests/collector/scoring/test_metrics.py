@@ -45,11 +45,11 @@ class CountingJudge(Judge):
         self._count("extract_claims")
         return ["The Eiffel Tower is in Paris.", "The Eiffel Tower is 330 metres tall."]
 
-    async def verify_claims(self, claims, contexts):
+    async def verify_claims(self, claims, contexts, question=""):
         self._count("verify_claims")
         return [ClaimVerdict(c, v) for c, v in zip(claims, self.verdicts)]
 
-    async def verify_claims_per_context(self, claims, contexts):
+    async def verify_claims_per_context(self, claims, contexts, question=""):
         self._count("verify_claims_per_context")
         return [[ClaimVerdict(c, "yes") for c in claims] for _ in contexts]
 

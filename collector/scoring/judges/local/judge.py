@@ -20,8 +20,10 @@ Everything else (statement relevance, question generation, statement classificat
 G-Eval, DAG, conversation intentions) raises :class:`JudgeUnsupported`, so those metrics are
 skipped with the reason, never faked.
 
-Usage accounting: the judge makes no paid or remote calls, so it records nothing with
-``record_usage`` (calls and tokens stay 0).
+Usage accounting: each decision the judge works out (claim extraction, a batch of claim
+verdicts, chunk flags, embeddings...) is recorded with ``record_usage`` as one *call* with zero
+tokens and zero cost, so the collector's judge panels show how much the local judge decides.
+These are local computations, not paid or remote calls: tokens and cost stay 0 honestly.
 
 Configuration (argument → environment → default): ``embeddings`` /
 ``RAGTRACE_LOCAL_JUDGE_EMBEDDINGS`` for claim support (default ``0``: the lexical model, which
@@ -31,8 +33,10 @@ on the held-out split and about 15 times slower),
 about meaning rather than support (``embed``, context-sentence relevance); the model loads on
 first use, once per process.
 
-CPU work runs on one worker thread per judge, off the event loop, so a collector that scores and
-receives in one process keeps receiving while it scores.
+CPU work (splitting, features, the model, embeddings and loading the embedding model) runs on
+one worker thread per judge, off the event loop, so a collector that scores and receives in one
+process keeps receiving while it scores. Every decision gets what it needs as arguments (the
+question comes with ``verify_claims``), so a verdict never depends on other records in flight.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported
+from collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
 
 from . import text as T
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
@@ -105,13 +109,15 @@ class LocalJudge(Judge):
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._indexes = _LRU(cache_size)
-        self._questions = _LRU(cache_size * 4)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-local-judge")
 
     # plumbing ---------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., R], *args: Any) -> R:
+        """One decision on the judge's thread, recorded as one local call (no tokens, no cost)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        result = await loop.run_in_executor(self._executor, fn, *args)
+        record_usage(calls=1)  # here, not in the thread: usage scopes live in this task's context
+        return result
 
     @property
     def embedder(self) -> Any:
@@ -179,23 +185,23 @@ class LocalJudge(Judge):
     # Judge decisions --------------------------------------------------------------------------
     async def extract_claims(self, question: str, response: str) -> list[str]:
         """The response's sentences as claims (compound sentences split); [] for an empty response."""
-        claims = await self._run(lambda: [c.text for c in T.claims(response or "")])
-        if claims:
-            # verify_claims gets only the claims; the question is one of the model's signals.
-            self._questions.put(tuple(claims), question or "")
-        return claims
+        if not (response or "").strip():
+            return []
+        return await self._run(lambda: [c.text for c in T.claims(response)])
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str]) -> list[ClaimVerdict]:
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
+        """Verdicts from the claim-support model; the question is one of its signals."""
         if not claims:
             return []
         kept = self._require_contexts(contexts)
-        question = self._questions.get(tuple(claims)) or ""
-        return await self._run(self._verdicts, list(claims), kept, question)
+        return await self._run(self._verdicts, list(claims), kept, question or "")
 
     async def verify_claims_per_context(
-        self, claims: Sequence[str], contexts: Sequence[str]
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
     ) -> list[list[ClaimVerdict]]:
-        question = self._questions.get(tuple(claims)) or ""
+        question = question or ""
 
         def each() -> list[list[ClaimVerdict]]:
             return [self._verdicts(list(claims), [ctx], question) if ctx.strip() and claims else
@@ -204,16 +210,19 @@ class LocalJudge(Judge):
         return await self._run(each)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors = await self._run(self.embedder.embed, list(texts))
+        texts = list(texts)
+        vectors = await self._run(lambda: self.embedder.embed(texts))  # first use loads the model: off the loop
         return vectors.astype(float).tolist()
 
     async def chunk_relevance(self, question: str, target: str, contexts: Sequence[str]) -> list[bool]:
         """A chunk was useful for ``target`` when it alone supports at least one of target's claims."""
-        target_claims = [c.text for c in T.claims(target or "")]
-        if not target_claims:
+        if not (target or "").strip():
             raise JudgeUnsupported("judge 'local' found no statements in the target to relate chunks to")
 
         def flags() -> list[bool]:
+            target_claims = [c.text for c in T.claims(target)]
+            if not target_claims:
+                raise JudgeUnsupported("judge 'local' found no statements in the target to relate chunks to")
             out = []
             for ctx in contexts:
                 if not ctx.strip():
@@ -245,15 +254,16 @@ class LocalJudge(Judge):
 
     async def attribute_statements(self, reference: str, contexts: Sequence[str]) -> list[ClaimVerdict]:
         """The reference's claims, each verified against the contexts with the claim-support model."""
-        claims = [c.text for c in T.claims(reference or "")]
-        if not claims:
+        if not (reference or "").strip():
             return []
         kept = self._require_contexts(contexts)
-        return await self._run(self._verdicts, claims, kept, "")
+        return await self._run(lambda: self._verdicts([c.text for c in T.claims(reference)], kept, ""))
 
     async def extract_entities(self, text: str) -> list[str]:
         """Capitalised spans (names, places, titles) and numbers, deduplicated (rule-based)."""
-        return T.entities(text or "")
+        if not (text or "").strip():
+            return []
+        return await self._run(T.entities, text)
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=False)

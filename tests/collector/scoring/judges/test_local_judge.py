@@ -47,7 +47,7 @@ async def scores(judge: Judge, response: str, contexts: list[str] = CONTEXTS) ->
 
 async def min_confidence(judge: LocalJudge, response: str) -> float:
     claims = await judge.extract_claims(QUESTION, response)
-    verdicts = await judge.verify_claims(claims, CONTEXTS)
+    verdicts = await judge.verify_claims(claims, CONTEXTS, QUESTION)
     return min(v.confidence for v in verdicts)
 
 
@@ -203,3 +203,53 @@ async def test_missing_embedding_model_skips_embedding_metrics_but_not_faithfuln
     assert results["faithfulness"].status == "scored"
     assert results["answer_similarity"].status == "skipped"
     assert "no embedding model" in results["answer_similarity"].reason
+
+
+async def test_a_verdict_depends_on_its_own_question_only() -> None:
+    """The question is one of the model's signals: two records with the same answer and different
+    questions, scored concurrently by one judge, get the verdicts each gets alone."""
+    import asyncio
+
+    contexts = ["The Eiffel Tower was completed for the World's Fair in Paris. It is a wrought-iron lattice tower."]
+    response = "The Eiffel Tower, designed by Napoleon, was completed in 1889 for the World's Fair."
+    asks_it = record(response, contexts, "Was the Eiffel Tower designed by Napoleon and completed in 1889?")
+    vague = record(response, contexts, "What is it?")
+
+    def confidences(results) -> list[float]:
+        return [c["confidence"] for c in results[0].details["claims"]]
+
+    alone = [confidences(await evaluate_record(r, ["faithfulness"], LocalJudge())) for r in (asks_it, vague)]
+    assert alone[0] != alone[1]  # the question matters, so cross-talk would show
+    for order in ((asks_it, vague), (vague, asks_it)):
+        judge = LocalJudge()
+        together = await asyncio.gather(*(evaluate_record(r, ["faithfulness"], judge) for r in order))
+        by_question = {r.user_input: confidences(res) for r, res in zip(order, together)}
+        assert [by_question[asks_it.user_input], by_question[vague.user_input]] == alone
+
+
+async def test_decisions_are_counted_as_free_local_calls(judge: LocalJudge) -> None:
+    results = await evaluate_record(record(SUPPORTED), ["faithfulness", "answer_relevancy"], judge)
+    for result in results:
+        assert result.status == "scored"
+        assert result.usage.calls >= 1
+        assert result.usage.prompt_tokens == result.usage.completion_tokens == 0 and result.usage.cost_usd == 0.0
+    # faithfulness: one claim extraction and one batch of verdicts for all claims
+    assert results[0].usage.calls == 2
+
+
+async def test_embedding_model_loads_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from collector.scoring.embeddings import LocalEmbedder
+
+    original = LocalEmbedder.shared.__func__
+    loaded_in: list[str] = []
+
+    def spy(cls):
+        loaded_in.append(threading.current_thread().name)
+        return original(cls)
+
+    monkeypatch.setattr(LocalEmbedder, "shared", classmethod(spy))
+    vectors = await LocalJudge().embed(["The tower is 330 metres tall."])
+    assert len(vectors) == 1 and len(vectors[0]) == 384
+    assert loaded_in and all(name.startswith("ragtrace-local-judge") for name in loaded_in), loaded_in
