@@ -4,6 +4,8 @@ Flow for one leased record:
 
 1. metrics to run = ``scoring.pipelines[record.pipeline]`` or ``scoring.metrics``, minus those the
    results store already holds for this record (a redelivered record does not pay the judge twice);
+   on a shared queue, stored results that carry no cluster-wide scored mark (the worker died between
+   storing and marking them) are marked and counted now instead of being skipped;
 2. ``evaluate_record(record, metrics, judge, options)``;
 3. results are written to the results store with insert-or-ignore; only rows that were new reach
    the Prometheus metrics and the ``gen_ai.evaluation.result`` events, so scoring is idempotent;
@@ -249,10 +251,10 @@ class ScoringWorker:
             digest = hashlib.sha256(record.model_dump_json().encode()).hexdigest()[:32]
             record = item.record = record.model_copy(update={"id": f"sha256:{digest}"})
         wanted = list(dict.fromkeys(self.metrics_for(record)))
-        done = await asyncio.to_thread(self._already_scored, record.key, wanted)
+        done, uncounted = await asyncio.to_thread(self._already_scored, record.key, wanted)
         todo = [m for m in wanted if m not in done]
         if not todo:
-            await asyncio.to_thread(self.queue.ack, item.receipt)
+            await self._committed(item, [], uncounted)
             return
         heartbeat = self._heartbeat(item) if hasattr(self.queue, "extend") else None
         try:
@@ -278,13 +280,19 @@ class ScoringWorker:
         # Recording is not cancellable: once results are being stored, shutdown waits for the
         # store, the metrics and the ack to happen together (a cancelled store-then-publish
         # would leave stored rows that never reached the metrics).
-        commit = asyncio.ensure_future(self._commit(item, results))
+        await self._committed(item, results, uncounted)
+
+    async def _committed(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult]) -> None:
+        commit = asyncio.ensure_future(self._commit(item, results, uncounted))
         self._commits.add(commit)
         commit.add_done_callback(self._commits.discard)
         await asyncio.shield(commit)
 
-    async def _commit(self, item: Leased, results: list[MetricResult]) -> None:
+    async def _commit(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult] = ()) -> None:
         record = item.record
+        if uncounted:
+            claimed = await asyncio.to_thread(self._claim, record.key, uncounted)
+            self._publish(record, uncounted, claimed)
         waiting = [r for r in results if r.status == "error" and r.retryable]
         final = [r for r in results if not (r.status == "error" and r.retryable)]
         if final:
@@ -312,12 +320,28 @@ class ScoringWorker:
 
         return asyncio.create_task(beat())
 
-    def _already_scored(self, key: str, wanted: Sequence[str]) -> set[str]:
+    def _already_scored(self, key: str, wanted: Sequence[str]) -> tuple[set[str], list[MetricResult]]:
+        """The metrics not to score again, and the stored results nobody has counted yet.
+
+        On a shared queue (cluster-wide ``scored_marks``) a metric is done when this worker's store
+        holds it or another worker marked it. A stored result without a mark is one this worker
+        stored and then crashed before marking: it comes back to be marked and counted now, or the
+        redelivery would skip it and it would never reach the metrics.
+        """
         done = self.store.metrics_done(key)
         marks = getattr(self.queue, "scored_marks", None)
-        if marks is not None:  # shared queue: another worker may have scored it
-            done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
-        return done
+        if marks is None:
+            return done, []
+        uncounted = [
+            _stored_result(row) for row in (self.store.get(key) if done else []) if marks.owner_of(key, row.metric) is None
+        ]
+        done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
+        return done, uncounted
+
+    def _claim(self, key: str, results: list[MetricResult]) -> list[bool]:
+        """Mark stored results as counted; ``True`` where this worker is the one to count them."""
+        marks = self.queue.scored_marks  # type: ignore[attr-defined]
+        return [marks.first(key, r.metric) for r in results]
 
     def _record_results(self, record: RagRecord, results: list[MetricResult]) -> list[bool]:
         """Store results; a result is *new* when its row was inserted here and, on a shared queue
@@ -360,6 +384,14 @@ class ScoringWorker:
             log.warning("releasing record %s failed: %s", item.record.key, exc)
         if reason is not None:
             self.metrics.records_released.labels(reason).inc()
+
+
+def _stored_result(row: Any) -> MetricResult:
+    """A results-store row as the result it was stored from (judge usage is not stored)."""
+    return MetricResult(
+        row.metric, row.status, score=row.score, reason=row.reason, details=dict(row.details or {}),
+        higher_is_better=bool(row.higher_is_better), label=row.label,
+    )
 
 
 def metrics_selector(default: Sequence[str], per_pipeline: dict[str, list[str]]) -> Callable[[RagRecord], list[str]]:
