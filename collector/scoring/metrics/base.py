@@ -2,8 +2,10 @@
 
 A :class:`Metric` turns judge *decisions* into a number. ``score(record, judge, ctx)`` never
 raises: missing inputs and decisions the judge cannot make give a *skipped* result with the
-reason, judge failures give an *error* result (``retryable`` carried from :class:`JudgeError`),
-and a score that would leave the stated range or be NaN is an error, never published.
+reason, judge failures give an *error* result (``retryable`` carried from :class:`JudgeError`;
+a reply that does not fit the request, such as a wrong count of verdicts or a choice not offered,
+is a non-retryable judge error), and a score that would leave the stated range or be NaN is an
+error, never published.
 
 :class:`ScoringContext` is the per-record decision cache: the first metric that needs a decision
 (the answer's claims, their verdicts, the chunk relevance flags...) starts it, every other metric of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from collector.scoring.judge import JudgeError
 from collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
 
@@ -55,7 +56,7 @@ class ContextRelevancy(Metric):
         if result.total <= 0:
             raise MetricSkipped("the contexts contain no sentences")
         if len(result.relevant) > result.total:
-            raise MetricSkipped(f"judge returned {len(result.relevant)} relevant of {result.total} sentences")
+            raise JudgeError(f"judge returned {len(result.relevant)} relevant of {result.total} sentences")
         return Outcome(len(result.relevant) / result.total, {"relevant_sentences": result.relevant, "total": result.total})
 
 

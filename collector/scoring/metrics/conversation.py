@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collector.scoring.judge import JudgeError
 from collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
 
@@ -31,6 +32,6 @@ class Completeness(Metric):
             raise MetricSkipped("no user intentions found in the conversation")
         verdicts = await ctx.judge.intentions_satisfied(turns, intentions)
         if len(verdicts) != len(intentions):
-            raise MetricSkipped(f"judge returned {len(verdicts)} verdicts for {len(intentions)} intentions")
+            raise JudgeError(f"judge returned {len(verdicts)} verdicts for {len(intentions)} intentions")
         satisfied = sum(v.verdict == "yes" for v in verdicts)
         return Outcome(satisfied / len(intentions), {"intentions": [verdict_detail(v) for v in verdicts]})

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from collector.record import RagRecord
-from collector.scoring.judge import GEvalScore
+from collector.scoring.judge import GEvalScore, JudgeError
 from collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
 
 FIELDS = ("user_input", "response", "reference", "retrieved_contexts")
@@ -58,7 +58,7 @@ async def evaluation_steps(ctx: ScoringContext, name: str, criteria: str) -> lis
         if key not in _steps_cache:
             steps = [s for s in await ctx.judge.geval_steps(name, criteria) if s.strip()]
             if not steps:
-                raise MetricSkipped("the judge produced no evaluation steps")
+                raise JudgeError("the judge produced no evaluation steps")
             _steps_cache[key] = steps
     return _steps_cache[key]
 
@@ -77,7 +77,7 @@ async def run_geval(ctx: ScoringContext, spec: dict[str, Any]) -> Outcome:
     g.min_score, g.max_score = lo, hi
     raw = weighted_score(g)
     if not lo <= raw <= hi:
-        raise MetricSkipped(f"judge score {raw} outside [{lo}, {hi}]")
+        raise JudgeError(f"judge score {raw} outside [{lo}, {hi}]")
     return Outcome(
         normalise(raw, lo, hi),
         {"name": name, "steps": steps, "raw_score": g.score, "weighted_score": raw,
@@ -163,7 +163,7 @@ class Dag(Metric):
             fields = record_fields(ctx.record, node.get("params"))
             choice = await ctx.judge.choose(node["instruction"], options, fields)
             if choice not in options:
-                raise MetricSkipped(f"judge chose {choice!r}, not one of {options}")
+                raise JudgeError(f"judge chose {choice!r}, not one of {options}")
             path.append({"instruction": node["instruction"], "choice": choice})
             node = node["options"][choice]
         details: dict[str, Any] = {"name": spec.get("name", "dag"), "path": path}

@@ -284,3 +284,51 @@ async def test_cancelling_a_record_cancels_its_shared_decisions():
     await asyncio.sleep(0)
     pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
     assert not pending and not finished
+
+
+async def test_context_precision_weights_rank_and_scores_zero_when_no_chunk_is_useful():
+    from collector.scoring.metrics.context import context_precision_at_k
+
+    assert context_precision_at_k([False, True, True]) == pytest.approx((1 / 2 + 2 / 3) / 2)
+    assert context_precision_at_k([True, True, False]) == 1.0
+
+    class Useless(CountingJudge):
+        async def chunk_relevance(self, question, target, contexts):
+            return [False for _ in contexts]
+
+    record = FULL.model_copy(update={"retrieved_contexts": FULL.retrieved_contexts * 3})
+    [r] = await evaluate_record(record, ["context_precision"], Useless())
+    assert r.status == "scored" and r.score == 0.0 and r.details["relevant"] == [0, 0, 0]
+
+
+class Listener(Judge):
+    name = "listener"
+
+    def __init__(self, satisfied: list[str]) -> None:
+        self.satisfied = satisfied
+
+    async def extract_intentions(self, turns):
+        return ["book a table", "ask about parking"]
+
+    async def intentions_satisfied(self, turns, intentions):
+        return [ClaimVerdict(i, v) for i, v in zip(intentions, self.satisfied)]
+
+
+async def test_completeness_is_the_share_of_satisfied_intentions():
+    record = RagRecord(turns=[{"role": "user", "content": "Table for two, and is there parking?"},
+                              {"role": "assistant", "content": "Booked for two at 8."}])
+    [r] = await evaluate_record(record, ["completeness"], Listener(["yes", "no"]))
+    assert r.status == "scored" and r.score == 0.5
+    # a judge that answers fewer verdicts than intentions failed: an error, not a skip or a score
+    [r] = await evaluate_record(record, ["completeness"], Listener(["yes"]))
+    assert r.status == "error" and r.score is None and "1 verdicts for 2 intentions" in r.reason
+
+
+async def test_judge_replies_outside_the_request_are_errors_not_skips():
+    judge = Grader({"Does the response answer the question?": "maybe"})
+    [r] = await evaluate_record(FULL, ["dag"], judge, ScoringOptions(dag=DAG))
+    assert r.status == "error" and "not one of" in r.reason
+    judge = Grader({}, GEvalScore(score=12))
+    opts = ScoringOptions(geval={"name": "range-test", "criteria": "Is it clear?", "params": ["response"]})
+    [r] = await evaluate_record(FULL, ["geval"], judge, opts)
+    assert r.status == "error" and "outside" in r.reason
