@@ -21,7 +21,8 @@ Names (Grafana dashboards and alert rules are written against these):
 * ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
   ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
-Labels come from bounded sets only: metric names from config, pipelines, judge names.
+Labels come from bounded sets only: metric names from config, judge names, and pipeline names, which
+come from the traffic and so keep at most ``max_pipelines`` distinct values (later ones are ``other``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collector.export.ingest_metrics import UNKNOWN, BoundedLabel  # noqa: F401 (UNKNOWN re-exported)
 from collector.queue.base import RecordQueue
 from collector.record import RagRecord
 from collector.scoring.result import MetricResult
@@ -48,7 +50,6 @@ JUDGE_LATENCY_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
 
-UNKNOWN = "unknown"
 
 _by_registry: "weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics]" = weakref.WeakKeyDictionary()
 
@@ -60,8 +61,9 @@ class EvalMetrics:
     twice in one registry is an error).
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, max_pipelines: int = 50) -> None:
         self.registry = registry
+        self.pipeline_label = BoundedLabel(max_pipelines)
         self.eval_score = Histogram(
             "ragtrace_eval_score",
             "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",
@@ -130,7 +132,7 @@ class EvalMetrics:
         already stored, are not counted again.
         """
         counted = 0
-        pipeline = record.pipeline or UNKNOWN
+        pipeline = self.pipeline_label(record.pipeline)
         for i, result in enumerate(results):
             if new is not None and not new[i]:
                 continue

@@ -59,6 +59,20 @@ def test_only_new_results_count():
     assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "unknown"}) == 1
 
 
+def test_pipeline_label_is_bounded():
+    # pipeline names come from the traffic: past the bound they share one "other" series
+    registry = CollectorRegistry()
+    m = EvalMetrics(registry, max_pipelines=3)
+    for i in range(10):
+        m.observe_results(RagRecord(trace_id=TRACE, pipeline=f"p{i}"), [MetricResult("bleu", "scored", 0.5)], "local")
+    series = {s.labels["pipeline"] for fam in registry.collect() if fam.name == "ragtrace_eval_score"
+              for s in fam.samples if s.name == "ragtrace_eval_score_count"}
+    assert series == {"p0", "p1", "p2", "other"}
+    labels = {"metric": "bleu", "pipeline": "other", "judge": "local"}
+    assert registry.get_sample_value("ragtrace_eval_score_count", labels) == 7
+    assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "other"}) == 7
+
+
 def test_one_instance_per_registry():
     registry = CollectorRegistry()
     assert eval_metrics_for(registry) is eval_metrics_for(registry)
