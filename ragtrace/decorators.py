@@ -15,6 +15,7 @@ are recorded on the span (status ERROR, ``exception`` event, ``error.type``).
 from __future__ import annotations
 
 import inspect
+import traceback
 import types
 import weakref
 from time import perf_counter
@@ -27,7 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 
 from . import attributes as A
 from . import safety
-from .config import SETTINGS
+from .config import REDACTED, SETTINGS
 from .recording import (
     AttrWriter,
     _json,
@@ -116,6 +117,17 @@ def _find(params: list[inspect.Parameter], names: tuple[str, ...] | str | int | 
     return None
 
 
+def _int64(v: Any) -> bool:
+    return type(v) is int and -(1 << 63) <= v < 1 << 63
+
+
+def _clean_static(v: Any) -> Any:
+    """Decorator options go on every span without the SDK's cleaning: make them valid OTLP values."""
+    if type(v) in (str, bool, float) or _int64(v):
+        return v
+    return str(v)
+
+
 def _provider_from_model(model: str | None) -> str | None:
     if model and "/" in model:
         return model.split("/", 1)[0]
@@ -181,7 +193,7 @@ class _Spec:
             self.query = _find(params, query_arg if query_arg is not None else _PROMPT_NAMES, False, self_like)
             self.contexts = _find(params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES,
                                   False, self_like)
-        self.static = static
+        self.static = {k: _clean_static(v) for k, v in static.items()}
         self.is_pipeline = role == A.ROLE_PIPELINE
         self.self_like = self_like
 
@@ -199,8 +211,15 @@ class _Spec:
             ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
         if not span.is_recording():  # no provider yet, or sampled out: read nothing
             return span, ctx, AttrWriter(s, capture, {})
-        attrs = self.static.copy()
-        w = AttrWriter(s, capture, attrs)
+        w = AttrWriter(s, capture, self.static.copy())
+        try:
+            self._read_inputs(w, instance, args, kwargs, capture, s)
+        except Exception as exc:  # a hostile argument: keep the span, with what was read
+            safety.report("inputs", exc)
+        return span, ctx, w
+
+    def _read_inputs(self, w: AttrWriter, instance: Any, args: tuple, kwargs: dict, capture: bool, s: Any) -> None:
+        attrs = w.attrs
         bound = instance is not None and self.self_like
         q = self.query.get(bound, args, kwargs) if self.query is not None else None
         role = self.role
@@ -221,9 +240,8 @@ class _Spec:
                     write_documents(w, A.RERANKER_INPUT_DOCUMENTS, docs, s.max_documents)
             if self.top_k_ref is not None:
                 k = self.top_k_ref.get(bound, args, kwargs)
-                if isinstance(k, int) and not isinstance(k, bool):
+                if _int64(k):
                     attrs[A.RERANKER_TOP_K] = k
-        return span, ctx, w
 
     def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
                          q: Any, capture: bool, s: Any) -> None:
@@ -282,8 +300,17 @@ class _Spec:
 
     def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
         span = state.span
-        if span.is_recording():
-            set_span_attributes(span, self.stream_output_attributes(state, error is not None))
+        try:
+            if span.is_recording():
+                set_span_attributes(span, self.stream_output_attributes(state, error is not None))
+        except Exception as exc:  # hostile chunks: keep what was collected, still record the app's error
+            safety.report("stream.output", exc)
+            w = state.writer  # type: ignore[attr-defined]
+            try:
+                w.attrs.update(state.stream_attributes(None, error is not None))
+            except Exception:
+                pass
+            _set_collected(span, w)
         if error is not None:
             _record_error(span, error)
         span.end(end_time=state.end_time_ns())
@@ -316,28 +343,60 @@ class _TracedStreamState(StreamState):
     __slots__ = ("writer",)
 
 
+def _redacted(redact: Any, text: str) -> str:
+    try:
+        out = redact(text)
+        return out if type(out) is str else REDACTED
+    except Exception as exc:
+        safety.report("redact", exc)
+        return REDACTED
+
+
 def _record_error(span: Any, exc: BaseException) -> None:
+    """Status ERROR, ``error.type`` and an ``exception`` event; the redaction hook also runs on
+    the exception's message and stack trace, since an app's error text may quote its input."""
     try:
         if span.is_recording():
             span.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1024]))
+            message = str(exc)
+            extra = None
+            redact = SETTINGS.redact
+            if redact is not None:
+                message = _redacted(redact, message)
+                stack = _redacted(redact, "".join(traceback.format_exception(exc)))
+                extra = {"exception.message": message, "exception.stacktrace": stack}
+            span.record_exception(exc, attributes=extra)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:1024]))
     except Exception as e:
         safety.report("record_error", e)
 
 
-def _fail(span: Any, exc: BaseException, w: AttrWriter | None = None) -> None:
-    if w is not None:
-        try:
-            if span.is_recording():
-                span.set_attributes(w.finish())
-        except Exception as e:
-            safety.report("record_inputs", e)
-    _record_error(span, exc)
+def _set_collected(span: Any, w: AttrWriter) -> None:
+    try:
+        if span.is_recording():
+            span.set_attributes(w.finish())
+    except Exception as e:
+        safety.report("record_inputs", e)
+
+
+def _end(span: Any) -> None:
     try:
         span.end()
     except Exception as e:
         safety.report("span.end", e)
+
+
+def _end_with(span: Any, w: AttrWriter) -> None:
+    """End the span with the attributes collected so far (after a failure inside ragtrace)."""
+    _set_collected(span, w)
+    _end(span)
+
+
+def _fail(span: Any, exc: BaseException, w: AttrWriter) -> None:
+    """The app raised: record what was collected and the exception, end the span."""
+    _set_collected(span, w)
+    _record_error(span, exc)
+    _end(span)
 
 
 def _is_stream(result: Any) -> bool:
@@ -377,13 +436,10 @@ def _done(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, result: Any, t0: floa
             return _wrap_stream(spec, span, ctx, w, result, t0)
         if span.is_recording():
             set_span_attributes(span, spec.output_attributes(result, w))
-        span.end()
-    except Exception as exc:
+    except Exception as exc:  # a hostile result: keep what was read (inputs, partial output)
         safety.report("finish", exc)
-        try:
-            span.end()
-        except Exception:
-            pass
+        _set_collected(span, w)
+    _end(span)
     return result
 
 
@@ -445,9 +501,9 @@ def _generator_factory(spec: _Spec) -> Callable[..., Any]:
             raise
         try:
             return _wrap_stream(spec, span, ctx, w, gen, t0)
-        except Exception as exc:
+        except Exception as exc:  # ragtrace's failure, not the app's: end the span, no error status
             safety.report("stream.wrap", exc)
-            _fail(span, exc, w)
+            _end_with(span, w)
             return gen
 
     return wrapper

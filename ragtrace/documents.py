@@ -30,9 +30,10 @@ def _num(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        f = float(v)
+    except Exception:  # not a number, too large, or an object whose __float__ raises
         return None
+    return f if type(f) is float else None
 
 
 def _from_dict(d: dict) -> Doc:

@@ -46,22 +46,30 @@ except ImportError:  # pragma: no cover - pure-Python json
     _c_make_encoder = None
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":"))
+# No circular-reference markers: a shared markers dict is not thread-safe, and the encoder's
+# recursion guard catches cycles anyway (RecursionError, handled below).
 _C_ENCODE = (
-    _c_make_encoder(_C_MARKERS := {}, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    _c_make_encoder(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
     if _c_make_encoder is not None else None
 )
+_SAFE_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr, skipkeys=True, separators=(",", ":"))
 
 
 def _json(v: Any) -> str:
-    """Compact JSON, non-ASCII kept, unknown types as ``str()``."""
-    if _C_ENCODE is not None:
-        try:
+    """Compact JSON, non-ASCII kept, unknown types as ``str()``; never raises.
+
+    Values JSON cannot hold as they are (cycles, tuple keys, objects whose ``str()`` raises)
+    get a best-effort encoding: the offending keys skipped, else a placeholder string."""
+    try:
+        if _C_ENCODE is not None:
             return "".join(_C_ENCODE(v, 0))
-        except ValueError:  # circular reference: the encoder's markers dict caught it
-            return _ENCODER.encode(str(v))
-        finally:
-            _C_MARKERS.clear()
-    return _ENCODER.encode(v)
+        return _ENCODER.encode(v)
+    except Exception:
+        pass
+    try:
+        return _SAFE_ENCODER.encode(v)
+    except Exception:
+        return _ENCODER.encode(f"<unencodable {type(v).__name__}>")
 
 
 def _json_str(s: str) -> str:
@@ -90,6 +98,8 @@ class AttrWriter:
         if r is not None:
             try:
                 s = r(s)
+                if type(s) is not str:
+                    raise TypeError(f"redaction hook returned {type(s).__name__}, not str")
             except Exception as exc:  # a broken hook must not leak unredacted text
                 safety.report("redact", exc)
                 self.truncated = True
@@ -211,8 +221,11 @@ def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
         if r is not None:
             try:
                 texts = [r(t) for t in texts]
-            except Exception as exc:
+                if any(type(t) is not str for t in texts):
+                    raise TypeError("redaction hook returned a non-str value")
+            except Exception as exc:  # a broken hook must not leak unredacted text
                 safety.report("redact", exc)
+                w.truncated = True
                 return
         cap = w.max_len
         if any(len(t) > cap for t in texts):

@@ -28,9 +28,10 @@ def _int(v: Any) -> int | None:
     if v is None or isinstance(v, bool):
         return None
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        n = int(v)
+    except Exception:  # None-like, NaN, inf, or an object whose __int__ raises
         return None
+    return n if type(n) is int and 0 <= n < 1 << 63 else None  # OTLP ints are int64
 
 
 @dataclass
