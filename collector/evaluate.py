@@ -8,9 +8,10 @@ row is done (so an interrupted run loses at most the rows in flight)::
      "usage": {calls, prompt_tokens, completion_tokens, cost_usd, cache_hits, errors}, "retry": false}
 
 A row that cannot be read gets ``{"id", "line", "error"}`` and the run goes on. On restart with
-the same ``--out``, rows already there are not redone, except rows whose only failures were
-retryable judge errors (``"retry": true``: outage, 429, timeout), which are scored again; the
-newer line wins. Ends with a summary table (mean, count, skipped, errors per metric) over the
+the same ``--out``, finished work is not redone: a row is scored again only for the metrics its
+last line lacks (``--metrics`` grew) or failed on the judge's availability (``"retry": true``:
+outage, 429, timeout); the new line keeps the earlier results and adds up the usage, and the
+newer line wins. Rows that were unreadable are read again (the input may have been fixed). Ends with a summary table (mean, count, skipped, errors per metric) over the
 whole output file. Settings resolve argument → environment (``RAGTRACE_JUDGE``,
 ``RAGTRACE_JUDGE_BASE_URL``, ``RAGTRACE_JUDGE_API_KEY``, ``RAGTRACE_EMBEDDING_MODEL``) → default.
 """
@@ -124,6 +125,11 @@ def load_done(out: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
+def _retry(result: dict[str, Any]) -> bool:
+    """A result to score again on resume: it failed on the judge's availability."""
+    return result.get("status") == "error" and bool(result.get("retryable"))
+
+
 def _result_entry(res: Any) -> dict[str, Any]:
     d = res.to_dict()
     d.pop("metric", None)
@@ -146,41 +152,49 @@ async def _score_rows(args: argparse.Namespace, metrics: list[str], judge: Any, 
             out_fh.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
             out_fh.flush()
 
+    async def write_error(entry: dict[str, Any]) -> None:
+        """An error line, unless the output already ends with this very error for this id."""
+        if done.get(entry["id"], {}).get("error") != entry["error"]:
+            await write(entry)
+
     async def one(lineno: int, line: str) -> None:
         row_id, parsed = parse_row(lineno, line)
         try:
             if isinstance(parsed, str):
-                if row_id not in done:
-                    await write({"id": row_id, "line": lineno, "error": parsed})
+                await write_error({"id": row_id, "line": lineno, "error": parsed})
                 counts["bad"] += 1
                 return
             if row_id in seen:
-                await write({"id": f"{row_id}#line-{lineno}", "line": lineno, "error": f"duplicate id {row_id!r}"})
+                await write_error({"id": f"{row_id}#line-{lineno}", "line": lineno, "error": f"duplicate id {row_id!r}"})
                 counts["bad"] += 1
                 return
             seen.add(row_id)
-            prev = done.get(row_id)
-            if prev is not None and not prev.get("retry"):
+            prev = done.get(row_id) or {}
+            kept: dict[str, Any] = {} if "error" in prev else dict(prev.get("results") or {})
+            todo = [m for m in metrics if m not in kept or _retry(kept[m])]
+            if not todo:
                 counts["resumed"] += 1
                 return
             async with sem:
                 try:
-                    results = await evaluate_record(parsed, metrics, judge, options)
+                    results = await evaluate_record(parsed, todo, judge, options)
                 except Exception as exc:  # the engine does not raise; this guards the run regardless
                     await write({"id": row_id, "line": lineno, "error": f"{type(exc).__name__}: {exc}"})
                     counts["bad"] += 1
                     return
-            total = JudgeUsage()
+            earlier = prev.get("usage") if kept and isinstance(prev.get("usage"), dict) else {}
+            total = JudgeUsage(**{k: v for k, v in earlier.items() if k in JudgeUsage.__dataclass_fields__})
             for r in results:
                 total.add(r.usage)
+            merged = {**kept, **{r.metric: _result_entry(r) for r in results}}
             await write({
                 "id": row_id,
                 "line": lineno,
                 "judge": judge.name,
-                "scores": {r.metric: r.score for r in results},
-                "results": {r.metric: _result_entry(r) for r in results},
+                "scores": {m: res.get("score") for m, res in merged.items()},
+                "results": merged,
                 "usage": asdict(total),
-                "retry": any(r.status == "error" and r.retryable for r in results),
+                "retry": any(_retry(res) for res in merged.values()),
             })
             counts["scored"] += 1
         finally:

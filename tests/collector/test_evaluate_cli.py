@@ -121,3 +121,32 @@ def test_legacy_ragas_column_names_are_accepted(server, tmp_path):
     assert run_cli(server, data, out, "--metrics", "faithfulness,levenshtein") == 0
     [entry] = read(out)
     assert entry["scores"]["faithfulness"] == 0.5 and entry["scores"]["levenshtein"] is not None
+
+
+def test_a_rerun_scores_only_the_metrics_a_row_lacks(server, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    before = len(server.chat_requests())
+    assert before == 2  # claims, verdicts
+    assert run_cli(server, data, out, "--metrics", "faithfulness,context_precision") == 0
+    assert len(server.chat_requests()) - before == 1  # only the chunk verdicts
+    first, last = read(out)
+    assert last["scores"] == {"faithfulness": 0.5, "context_precision": 1.0}
+    assert last["results"]["faithfulness"] == first["results"]["faithfulness"]
+    assert last["usage"]["calls"] == 3  # what the row cost over both runs
+    assert "context_precision" in capsys.readouterr().out
+
+
+def test_an_unreadable_row_fixed_in_the_input_is_scored_on_rerun(server, tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "r1", "retrieved_contexts": 5}) + "\n" + "{broken\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    assert [("error" in e) for e in read(out)] == [True, True]
+    data.write_text(row(1) + "\n" + "{broken\n")
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    entries = read(out)
+    assert len(entries) == 3  # the still-broken line is not written again
+    assert entries[-1]["id"] == "r1" and entries[-1]["scores"] == {"faithfulness": 0.5}
