@@ -150,34 +150,38 @@ class Boom(Exception):
     pass
 
 
+# Raised by the functions below: the test checks the app sees these very objects.
+SYNC_ERR, ASYNC_ERR, GEN_ERR, AGEN_ERR = (Boom("sync"), Boom("async"), Boom("in generator"),
+                                          Boom("in async generator"))
+
+
 @ragtrace.pipeline
 def failing(question):
-    raise Boom("sync")
+    raise SYNC_ERR
 
 
 @ragtrace.retriever
 async def afailing(query):
-    raise Boom("async")
+    raise ASYNC_ERR
 
 
 @ragtrace.generator
 def gfailing(prompt):
     yield "partial "
-    raise Boom("in generator")
+    raise GEN_ERR
 
 
 @ragtrace.generator
 async def agfailing(prompt):
     yield "x"
-    raise Boom("in async generator")
+    raise AGEN_ERR
 
 
 async def test_app_exceptions_propagate_as_the_same_object_and_are_recorded(spans):
     errors = []
-    for call in (lambda: failing("q"),):
-        with pytest.raises(Boom) as ei:
-            call()
-        errors.append(ei.value)
+    with pytest.raises(Boom) as ei:
+        failing("q")
+    errors.append(ei.value)
     with pytest.raises(Boom) as ei:
         await afailing("q")
     errors.append(ei.value)
@@ -191,7 +195,8 @@ async def test_app_exceptions_propagate_as_the_same_object_and_are_recorded(span
         async for _ in agfailing("p"):
             pass
     errors.append(ei.value)
-    assert [str(e) for e in errors] == ["sync", "async", "in generator", "in async generator"]
+    for got, raised in zip(errors, (SYNC_ERR, ASYNC_ERR, GEN_ERR, AGEN_ERR)):
+        assert got is raised
     for name, err in zip(("failing", "afailing", "gfailing", "agfailing"), errors):
         span = spans.named(name)
         assert span.status.status_code.name == "ERROR"
@@ -211,6 +216,35 @@ def test_exception_identity_is_preserved(spans):
     with pytest.raises(Boom) as ei:
         raises("p")
     assert ei.value is sentinel
+
+
+async def test_exception_thrown_into_a_stream_by_the_consumer_comes_back_unchanged(spans):
+    """``gen.throw(exc)`` is forwarded into the traced body; if the body does not handle it, the
+    consumer gets the same object back and the span records it."""
+    thrown = Boom("thrown in")
+
+    @ragtrace.generator
+    def body(prompt):
+        yield "a"
+        yield "b"
+
+    @ragtrace.generator
+    async def abody(prompt):
+        yield "a"
+        yield "b"
+
+    g = body("p")
+    next(g)
+    with pytest.raises(Boom) as ei:
+        g.throw(thrown)
+    assert ei.value is thrown
+    ag = abody("p")
+    await ag.__anext__()
+    with pytest.raises(Boom) as ei:
+        await ag.athrow(thrown)
+    assert ei.value is thrown
+    for name in ("body", "abody"):
+        assert spans.named(name).status.status_code.name == "ERROR"
 
 
 def test_internal_errors_never_reach_the_app(spans, caplog):

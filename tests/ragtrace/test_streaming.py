@@ -294,3 +294,18 @@ def test_retriever_generator_of_documents(spans):
     assert len(list(docs("q"))) == 2
     a = spans.attrs("docs")
     assert a[A.document_attr(1, "id")] == "b" and a[A.RAGTRACE_DOCUMENTS_TOTAL] == 2
+
+
+async def test_async_stream_dropped_without_aclose_is_ended(spans):
+    """No ``aclose()``: the event loop's async-generator finalizer closes it, and the span ends."""
+    outer = trace.get_current_span()
+    agen = aslow_tokens("p", n=10)
+    assert await agen.__anext__() == "t0 "
+    del agen
+    gc.collect()
+    for _ in range(10):  # let the loop run the aclose() it scheduled
+        await asyncio.sleep(0)
+    a = spans.attrs("aslow_tokens")
+    assert a[A.RAGTRACE_STREAM_ABANDONED] is True and a[A.RAGTRACE_CHUNK_COUNT] == 1
+    assert A.RAGTRACE_TIME_PER_OUTPUT_TOKEN not in a
+    assert trace.get_current_span() is outer
