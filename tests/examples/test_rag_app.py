@@ -78,6 +78,11 @@ def test_answer_is_traced_with_every_role(app, exporter):
     ga = dict(spans["extractive_answer"].attributes)
     assert json.loads(ga[A.RAGTRACE_CONTEXTS]) == ans.contexts
     assert ga[A.RAGTRACE_CHUNK_COUNT] > 3 and ga[A.GEN_AI_REQUEST_STREAM] is True
+    # the offline generator ends with an OpenAI-shaped usage chunk: one output token per text chunk
+    assert ga[A.GEN_AI_USAGE_OUTPUT_TOKENS] == ga[A.RAGTRACE_CHUNK_COUNT] - 1
+    assert ga[A.GEN_AI_USAGE_INPUT_TOKENS] > ga[A.GEN_AI_USAGE_OUTPUT_TOKENS]
+    assert ga[A.RAGTRACE_TPOT_BASIS] == "tokens" and list(ga[A.GEN_AI_RESPONSE_FINISH_REASONS]) == ["stop"]
+    assert ga[A.OUTPUT_VALUE].strip() == ans.text
     ret = dict(spans["bm25_search"].attributes)
     assert ret[A.GEN_AI_DATA_SOURCE_ID] == "elements-corpus"
     assert ret[A.document_attr(0, "id")] in {d for d in json.loads(ret[A.GEN_AI_RETRIEVAL_DOCUMENTS])[0].values()}
@@ -121,11 +126,15 @@ def test_litellm_generator_streams_from_an_openai_compatible_server(exporter, mo
     with ScriptedOpenAI() as server:
         server.push("Helium was discovered in 1868 by Pierre Janssen and Norman Lockyer.")
         app = RagApp(model="openai/scripted-model", api_base=server.base_url, token_delay=0.0)
-        ans = app.answer(q["question"], add_unsupported_claim=True)
+        ans = app.answer(q["question"], add_unsupported_claim=True, slow_first_token=0.2)
         sent = server.chat_requests()[0].body
     assert ans.text.startswith("Helium was discovered in 1868") and "Niels Bohr" in ans.text
     assert sent["stream"] is True and "Context:" in sent["messages"][-1]["content"]
-    g = dict(by_name(exporter)["llm_answer"].attributes)
+    spans = by_name(exporter)
+    assert set(spans) == {PIPELINE_NAME, "bm25_search", "overlap_rerank", "llm_answer"}  # every span ended
+    assert dict(spans[PIPELINE_NAME].attributes)[A.OUTPUT_VALUE] == ans.text
+    g = dict(spans["llm_answer"].attributes)
+    assert g[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] >= 0.2  # the slow-first-token fault, litellm path too
     assert g[A.GEN_AI_REQUEST_MODEL] == "openai/scripted-model" and g[A.GEN_AI_PROVIDER_NAME] == "openai"
     assert g[A.OUTPUT_VALUE].startswith("Helium was discovered in 1868")
     assert g[A.GEN_AI_USAGE_OUTPUT_TOKENS] > 1 and g[A.RAGTRACE_TPOT_BASIS] == "tokens"
