@@ -11,7 +11,8 @@ Decisions it makes, and how:
   that hallucinated = faithfulness < 1 has the best balanced accuracy; ``confidence`` is
   P(supported), ``evidence`` the best context sentence, ``reason`` names what the contexts lack;
 * chunk usefulness (context precision, noise sensitivity): a chunk is useful for a target when it
-  alone supports at least one of the target's claims;
+  alone supports at least one of the target's claims, not counting claims about the passages
+  themselves ("based on the passages...", "unable to answer..."), which any chunk backs;
 * embeddings and context-sentence relevance: all-MiniLM-L6-v2 (int8 ONNX) cosines, with the
   question-to-sentence threshold calibrated at training time;
 * entities: capitalised spans and numbers (rules).
@@ -57,6 +58,8 @@ from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
 
 R = TypeVar("R")
+
+_META_COLUMNS = [FEATURE_NAMES.index("meta_reference"), FEATURE_NAMES.index("no_information_claim")]
 
 
 class _LRU:
@@ -229,8 +232,12 @@ class LocalJudge(Judge):
                     out.append(False)
                     continue
                 # No question here: restating the question must not make an unrelated chunk useful.
-                probs = [p for p, _ in self.support(target_claims, [ctx], "")]
-                out.append(bool(probs) and max(probs) >= self.model.threshold)
+                # Statements about the passages themselves ("Based on the passages...", "Unable to
+                # answer from the given passages") are backed by any chunk, so they show no use.
+                out.append(any(
+                    p >= self.model.threshold and not row.features[_META_COLUMNS].any()
+                    for p, row in self.support(target_claims, [ctx], "")
+                ))
             return out
 
         return await self._run(flags)

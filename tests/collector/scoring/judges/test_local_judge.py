@@ -253,3 +253,14 @@ async def test_embedding_model_loads_off_the_event_loop(monkeypatch: pytest.Monk
     vectors = await LocalJudge().embed(["The tower is 330 metres tall."])
     assert len(vectors) == 1 and len(vectors[0]) == 384
     assert loaded_in and all(name.startswith("ragtrace-local-judge") for name in loaded_in), loaded_in
+
+
+async def test_statements_about_the_passages_do_not_make_a_chunk_useful(judge: LocalJudge) -> None:
+    """"Based on the passages..." is backed by any chunk; only the factual claim picks its chunk."""
+    question = "How tall is the Eiffel Tower?"
+    target = "Based on the provided passages, here is what I found about the Eiffel Tower. The tower is 330 metres tall."
+    assert await judge.chunk_relevance(question, target, CONTEXTS) == [True, False]
+    refusal = "I am unable to answer this question based on the given passages."
+    assert await judge.chunk_relevance(question, refusal, CONTEXTS) == [False, False]
+    [r] = await evaluate_record(record(refusal, question=question), ["context_precision"], judge)
+    assert r.status == "scored" and r.score == 0.0
