@@ -143,7 +143,9 @@ def send_traces(exporters: dict[str, object], start: int, n: int, split: bool, o
 
     providers = {}
     for name, exporter in exporters.items():
-        p = TracerProvider(resource=Resource.create({"service.name": f"svc-{name}"}))
+        # The exporters are shared by every call: no at-exit shutdown per provider (it shut each one down
+        # again, "Exporter already shutdown, ignoring call"); SimpleSpanProcessor leaves nothing queued.
+        p = TracerProvider(resource=Resource.create({"service.name": f"svc-{name}"}), shutdown_on_exit=False)
         p.add_span_processor(SimpleSpanProcessor(exporter))
         providers[name] = p
     ids = []
