@@ -529,10 +529,14 @@ _FACTORIES = {"sync": _sync_factory, "async": _async_factory, "generator": _gene
 
 
 def _decorate(fn: Any, role: str, options: dict[str, Any]) -> Any:
-    spec = _Spec(fn, role, **options)
-    wrapper = _FACTORIES[_kind_of(fn)](spec)
-    wrapped = wrapt.FunctionWrapper(fn, wrapper)
-    return wrapped
+    """The traced function; a callable ragtrace cannot make sense of is returned untraced
+    (decoration runs at the app's import time, so it must not fail either)."""
+    try:
+        spec = _Spec(fn, role, **options)
+        return wrapt.FunctionWrapper(fn, _FACTORIES[_kind_of(fn)](spec))
+    except Exception as exc:
+        safety.report("decorate", exc)
+        return fn
 
 
 def _make_decorator(role: str, fn: Any, options: dict[str, Any]) -> Any:

@@ -254,3 +254,17 @@ def test_json_of_shared_metadata_from_many_threads(spans):
     assert len(spans_) == 900
     assert all(json.loads(dict(s.attributes)[A.document_attr(0, "metadata")]) == expected for s in spans_)
     assert safety.internal_errors() == {}
+
+
+def test_a_callable_ragtrace_cannot_read_is_left_untraced_at_import_time(spans):
+    class Looping:
+        """Its ``__wrapped__`` points at itself: ``inspect.unwrap`` gives up with ValueError."""
+
+        def __call__(self, query):
+            return [query]
+
+    f = Looping()
+    f.__wrapped__ = f
+    traced = ragtrace.retriever(f)  # must not raise in the app's module body
+    assert traced("q") == ["q"]
+    assert safety.internal_errors().get("decorate", 0) == 1
