@@ -91,11 +91,11 @@ def _positional_ids(items: Any) -> Any:
 
 class ClaimItem(_Lenient):
     claim: str
-    relevant: Literal["yes", "no", "idk"] = "yes"
+    relevant: Literal["yes", "no", "idk"] | None = None  # None: not given (answer relevancy then errs)
     @field_validator("relevant", mode="before")
     @classmethod
-    def norm_verdict(cls, v: Any) -> str:
-        return _verdict(v)
+    def norm_verdict(cls, v: Any) -> str | None:
+        return None if v is None else _verdict(v)
 
 
 class ClaimsReply(_Lenient):

@@ -289,9 +289,12 @@ class LLMJudge(Judge):
         return [c.claim.strip() for c in (await self._claims(question, response)).claims if c.claim.strip()]
 
     async def statement_relevance(self, question: str, response: str) -> list[ClaimVerdict]:
-        """The same call as :meth:`extract_claims` (cached): each claim with its relevance."""
-        return [ClaimVerdict(c.claim.strip(), c.relevant) for c in (await self._claims(question, response)).claims
-                if c.claim.strip()]
+        """The same call as :meth:`extract_claims` (cached): each claim with its relevance. A reply
+        that gave claims without relevance verdicts is an error, never read as "all relevant"."""
+        claims = [c for c in (await self._claims(question, response)).claims if c.claim.strip()]
+        if any(c.relevant is None for c in claims):
+            raise JudgeError("judge reply gave claims without their relevance verdicts", retryable=False)
+        return [ClaimVerdict(c.claim.strip(), c.relevant) for c in claims]  # type: ignore[arg-type]
 
     async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
         """Support is judged against the contexts alone; the question is not part of the prompt."""

@@ -388,3 +388,14 @@ async def test_injection_in_the_answer_cannot_pose_as_the_task(server):
     assert len(re.findall(r"^TASK:", prompt, re.M)) == 1
     assert prompt.count("</response>") == 1 and prompt.index("</response>") < prompt.index("\nTASK:")
     assert task_of(server.chat_requests()[0].body) == P.TASK_CLAIMS
+
+
+async def test_claims_without_relevance_verdicts_never_read_as_relevant(server):
+    """A reply listing bare claims serves faithfulness; answer relevancy errs instead of scoring 1."""
+    bare = {"claims": ["Einstein was born in Germany.", "Einstein was born on 20th March 1879."]}
+    server.responder = lambda body: bare if task_of(body) == P.TASK_CLAIMS else answering(body)
+    faith, relevancy = await evaluate_record(RECORD, ["faithfulness", "answer_relevancy"], judge_for(server),
+                                             ScoringOptions(answer_relevancy_variant="statements"))
+    assert faith.status == "scored" and faith.score == pytest.approx(0.5)
+    assert relevancy.status == "error" and relevancy.score is None and not relevancy.retryable
+    assert "relevance" in relevancy.reason
