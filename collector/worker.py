@@ -156,6 +156,7 @@ class ScoringWorker:
         self.backoff = _Backoff(backoff_initial, backoff_max)
         self.on_usage: Callable[[JudgeUsage], None] | None = None  # e.g. the sampler's token budget
         self._inflight: dict[asyncio.Task[None], Leased] = {}
+        self._keys: dict[str, list[Any]] = {}  # record key -> [lock, deliveries holding or awaiting it]
         self._commits: set[asyncio.Future[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -250,6 +251,21 @@ class ScoringWorker:
             # No trace id and no row id: key it by content so idempotency still holds.
             digest = hashlib.sha256(record.model_dump_json().encode()).hexdigest()[:32]
             record = item.record = record.model_copy(update={"id": f"sha256:{digest}"})
+        # Two deliveries of one record (a retried put, a lapsed lease) take turns in this worker: the
+        # second then finds the first's results stored and marked, rather than stored and not yet
+        # marked, which it would take for a crashed worker's and count a second time.
+        entry = self._keys.setdefault(record.key, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                await self._score(item)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._keys[record.key]
+
+    async def _score(self, item: Leased) -> None:
+        record = item.record
         wanted = list(dict.fromkeys(self.metrics_for(record)))
         done, uncounted = await asyncio.to_thread(self._already_scored, record.key, wanted)
         todo = [m for m in wanted if m not in done]

@@ -90,6 +90,27 @@ async def test_redelivered_record_counts_once_and_skips_the_judge(tmp_path):
     assert ResultsStore(cfg.results_path).counts_per_key() == {rec(0).key: 3, rec(2).key: 3}
 
 
+async def test_two_deliveries_at_once_take_turns(tmp_path):
+    """The same record leased twice in one batch (a retried put): the second delivery waits for the
+    first, finds its results recorded, and neither pays the judge nor counts again."""
+    cfg = config(tmp_path)
+    queue = SQLiteQueue(tmp_path / "q.sqlite")
+    assert queue.put(rec(0)) and queue.put(rec(0))
+    registry = CollectorRegistry()
+    worker = build_worker(cfg, registry, queue, judge=Judge())
+    calls = []
+
+    async def slow_evaluate(record, metrics, judge, options):
+        calls.append(list(metrics))
+        await asyncio.sleep(0.2)  # both deliveries are in flight meanwhile
+        return await evaluate_record(record, metrics, judge, options)
+
+    worker.evaluate = slow_evaluate
+    await drain(worker, queue)
+    assert calls == [LEXICAL] and queue.depth() == 0
+    assert all(count(registry, m) == 1 for m in LEXICAL)
+
+
 async def test_only_missing_metrics_are_scored_on_redelivery(tmp_path):
     cfg = config(tmp_path)
     store = ResultsStore(cfg.results_path)
