@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Pattern, Sequence
 
@@ -256,6 +257,8 @@ class TracingHandle:
         if self._closed:
             return
         self._closed = True
+        if self.owns_provider:
+            _RETIRED.add(self.provider)
         self.force_flush(timeout_s)
 
         def run() -> None:
@@ -283,6 +286,11 @@ class TracingHandle:
             "spans_failed": e.failed if e else 0,
             "internal_errors": safety.internal_error_total(),
         }
+
+
+# Providers ragtrace created and a handle has shut down. The global one cannot be replaced, so a
+# later init() must not adopt it (its processors are dead: every span would be lost silently).
+_RETIRED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _is_sdk_provider(provider: Any) -> bool:
@@ -348,7 +356,7 @@ def init(
     explicit_export = exporter is not None or endpoint is not None or _env("RAGTRACE_ENDPOINT") is not None
     if provider is None:
         current = trace.get_tracer_provider()
-        if _is_sdk_provider(current):
+        if _is_sdk_provider(current) and current not in _RETIRED:
             provider = current
     if provider is None:
         name = service_name or _env("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME

@@ -174,3 +174,27 @@ def test_env_configuration_is_resolved(monkeypatch, restore_settings, sink):
     h2 = ragtrace.init(endpoint="http://127.0.0.1:1", set_global=False)
     assert h2.endpoint == "http://127.0.0.1:1/v1/traces"
     h2.shutdown(1.0)
+
+
+def test_init_after_shutdown_exports_again(sink):
+    """A second ``init()`` in the same process (a notebook re-running its setup, ``run_requests``
+    called twice) must not adopt the global provider the first handle shut down."""
+    port = sink.start_http()
+    code = textwrap.dedent("""
+        import ragtrace
+
+        @ragtrace.retriever
+        def retrieve(query):
+            return ["doc"]
+
+        for round in ("first", "second"):
+            handle = ragtrace.init(service_name="twice", schedule_delay_ms=20)
+            retrieve(round)
+            handle.shutdown(5.0)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRACE_", "OTEL_"))}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    spans = sink.wait_for_spans(2, timeout=10)
+    assert sorted(s["attributes"][A.INPUT_VALUE] for s in spans) == ["first", "second"]
