@@ -173,14 +173,16 @@ class RedisBudget(Budget):
     def add_judge_tokens(self, tokens: int, records: int = 1) -> None:
         """Tokens the judge spent on ``records`` admitted records (a worker reports each record once;
         callers that can only report totals pass ``records=0`` and pending admissions then age out)."""
-        tokens = int(tokens)
-        if tokens <= 0:
+        tokens, records = int(tokens), int(records)
+        if tokens < 0 or (tokens == 0 and records <= 0):
             return
+        # A record that cost nothing (every metric skipped, a local judge) still leaves the pending
+        # admissions: otherwise it would count at the average cost until it aged out.
         self.fallback.add_judge_tokens(tokens)
         if self.judge_tokens_per_hour is None or time.monotonic() < self._down_until:
             return
         try:
-            self._add_tokens(keys=[self.tokens_key, self.pending_key, self.average_key], args=[tokens, int(records)])
+            self._add_tokens(keys=[self.tokens_key, self.pending_key, self.average_key], args=[tokens, records])
         except UNAVAILABLE as exc:
             self._down(exc)
 

@@ -122,3 +122,15 @@ def test_admitted_but_unscored_records_count_against_the_token_budget(redis_serv
     raw.zadd(worker.pending_key, {"stale": float(raw.time()[0]) - 1000})  # a record lost long ago
     receivers[0].acquire()
     assert worker.pending() == 5  # forgotten after pending_seconds, not counted forever
+
+
+def test_a_record_that_cost_no_tokens_leaves_the_pending_admissions(redis_server):
+    u = url(redis_server)
+    receiver = RedisBudget(u, judge_tokens_per_hour=3000, initial_tokens_per_record=1000)
+    worker = RedisBudget(u, judge_tokens_per_hour=3000)
+    assert [receiver.acquire() for _ in range(4)] == [None, None, None, BUDGET_TOKENS]
+    for _ in range(3):
+        worker.add_judge_tokens(0)  # scored without spending a token (every metric skipped)
+    assert worker.pending() == 0 and worker.usage() == (0, 0)
+    assert receiver.acquire() is None  # nothing spent, nothing pending: room again
+
