@@ -180,7 +180,7 @@ class CollectorApp:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if self.assembler is not None:
+        if self.assembler is not None and self.sampler is not None:
             await self.process_completed(everything=True)
         if self.worker is not None:
             try:

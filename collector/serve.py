@@ -80,7 +80,11 @@ async def serve(config, drain_timeout: float = 10.0, stop_event: asyncio.Event |
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     app = CollectorApp(config)
-    await app.start()
+    try:
+        await app.start()
+    except BaseException:
+        await app.stop(0.0)  # whatever did start (a bound port, the queue) is let go
+        raise
     tune_gc()
     print(
         f"ragtrace-collector serving: role={config.role} otlp/http={app.http_port} otlp/grpc={app.grpc_port} "
@@ -104,5 +108,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"ragtrace-collector serve: bad configuration: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(config, args.drain_timeout))
+    try:
+        asyncio.run(serve(config, args.drain_timeout))
+    except (OSError, ValueError) as exc:  # a port in use, an unknown metric, an unreachable queue...
+        print(f"ragtrace-collector serve: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0

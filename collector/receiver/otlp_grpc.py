@@ -112,9 +112,12 @@ class OtlpGrpcReceiver:
             {"Export": grpc.unary_unary_rpc_method_handler(self.service.ExportBytes)},
         )
         self.server.add_generic_rpc_handlers((handler,))
-        bound = self.server.add_insecure_port(f"{host}:{port}")
+        try:
+            bound = self.server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc's "Failed to bind" (address in use, no such address)
+            bound = 0
         if not bound:
-            raise OSError(f"cannot bind OTLP/gRPC on {host}:{port}")
+            raise OSError(f"cannot bind OTLP/gRPC on {host}:{port} (address in use or not available)")
         await self.server.start()
         self.port = bound
         return bound
