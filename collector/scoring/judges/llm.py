@@ -342,7 +342,7 @@ class LLMJudge(Judge):
         return [by_id[j] for j in range(1, len(contexts) + 1)]
 
     async def relevant_context_sentences(self, question: str, contexts: Sequence[str]) -> ContextSentences:
-        sentences = [s for ctx in contexts for s in split_sentences(ctx)]
+        sentences = await asyncio.to_thread(lambda: [s for ctx in contexts for s in split_sentences(ctx)])
         if not sentences:
             return ContextSentences(total=0)
 
