@@ -224,14 +224,18 @@ def load_config(
     """Resolve the configuration: ``overrides`` → environment → YAML file at ``path`` → defaults.
 
     ``path`` defaults to ``$RAGTRACE_CONFIG`` when set. Raises ``FileNotFoundError`` for a missing
-    file and ``pydantic.ValidationError`` (naming the bad key) for invalid values.
+    file, ``ValueError`` for a file that is not a YAML mapping and ``pydantic.ValidationError`` (a
+``ValueError`` naming the bad key) for invalid values.
     """
     environ = os.environ if environ is None else environ
     path = path or environ.get(CONFIG_ENV) or None
     data: dict[str, Any] = {}
     if path:
         text = Path(path).read_text(encoding="utf-8")
-        loaded = yaml.safe_load(text) or {}
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: the top level of a collector config must be a mapping")
         data = loaded

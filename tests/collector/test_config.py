@@ -57,6 +57,10 @@ def test_bad_values_name_the_key(tmp_path):
         load_config(overrides={"listne": {}}, environ={})
     with pytest.raises(FileNotFoundError):
         load_config(str(tmp_path / "missing.yaml"), environ={})
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("sampling: {rate: 0.5\n")
+    with pytest.raises(ValueError, match="broken.yaml: not valid YAML"):
+        load_config(str(broken), environ={})
 
 
 def test_env_ignores_unknown_names():
