@@ -33,7 +33,8 @@ def _num(v: Any) -> float | None:
         f = float(v)
     except Exception:  # not a number, too large, or an object whose __float__ raises
         return None
-    return f if type(f) is float else None
+    # NaN and infinities carry no ranking information (and JSON cannot hold them)
+    return f if type(f) is float and f - f == 0.0 else None
 
 
 def _from_dict(d: dict) -> Doc:
@@ -65,7 +66,7 @@ def _from_dict(d: dict) -> Doc:
             score = d.get(k)
             if score is not None:
                 break
-    if score is not None and type(score) is not float:
+    if score is not None:
         score = _num(score)
     return Doc(did, content if content is not None else "", score, meta or None)
 

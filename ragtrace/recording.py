@@ -17,9 +17,6 @@ from . import safety
 from .documents import Doc, read_documents, texts_of
 from .usage import ResponseInfo, Usage
 
-_INF = float("inf")
-_NINF = float("-inf")
-
 # Precomputed attribute keys for the first documents (the hot path formats no strings).
 _DOC_KEYS_CACHE: dict[str, list[tuple[str, str, str, str]]] = {}
 
@@ -146,11 +143,14 @@ def query_text(v: Any) -> str | None:
     return q if isinstance(q, str) else str(v)
 
 
-def write_documents(w: AttrWriter, prefix: str, result: Any, limit: int) -> list[Doc]:
+def write_documents(w: AttrWriter, prefix: str, result: Any, limit: int) -> tuple[list[Doc], int]:
+    """``{prefix}.{i}.document.{id,score,content,metadata}`` for the first ``limit`` documents;
+    returns them and the total count (more than ``limit`` marks the span truncated)."""
     docs, total = read_documents(result, limit)
     keys = doc_keys(prefix, len(docs))
     attrs = w.attrs
     capture = w.capture
+    text = w.text
     for i, d in enumerate(docs):
         k_id, k_content, k_score, k_meta = keys[i]
         if d.id is not None:
@@ -159,45 +159,29 @@ def write_documents(w: AttrWriter, prefix: str, result: Any, limit: int) -> list
             attrs[k_score] = d.score
         if capture:
             if d.content:
-                w.text(k_content, d.content)
-            if d.metadata:
-                w.text(k_meta, _json(d.metadata))
-    if total > len(docs):
-        w.truncated = True
-    return docs
-
-
-def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
-    docs, total = read_documents(result, limit)
-    keys = doc_keys(A.RETRIEVAL_DOCUMENTS, len(docs))
-    attrs = w.attrs
-    capture = w.capture
-    summary = []
-    text = w.text
-    for i, d in enumerate(docs):
-        k_id, k_content, k_score, k_meta = keys[i]
-        did, score = d.id, d.score
-        if did is not None:
-            attrs[k_id] = did
-            if score is not None and score == score and score not in (_INF, _NINF):
-                attrs[k_score] = score
-                summary.append(f'{{"id":{_json_str(did)},"score":{score!r}}}')
-            else:
-                summary.append(f'{{"id":{_json_str(did)}}}')
-        elif score is not None:
-            attrs[k_score] = score
-            summary.append(f'{{"score":{score!r}}}' if score == score and score not in (_INF, _NINF) else "{}")
-        else:
-            summary.append("{}")
-        if capture:
-            if d.content:
                 text(k_content, d.content)
             if d.metadata:
                 text(k_meta, _json(d.metadata))
-    attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = "[" + ",".join(summary) + "]"
-    attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
     if total > len(docs):
         w.truncated = True
+    return docs, total
+
+
+def _summary_entry(d: Doc) -> str:
+    """One ``gen_ai.retrieval.documents`` entry: id and score, when known (scores are finite floats)."""
+    score = d.score
+    if d.id is not None:
+        did = _json_str(d.id)
+        return f'{{"id":{did},"score":{score!r}}}' if score is not None else f'{{"id":{did}}}'
+    return f'{{"score":{score!r}}}' if score is not None else "{}"
+
+
+def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
+    """The retriever's documents (OpenInference) plus the GenAI summary and the total count."""
+    docs, total = write_documents(w, A.RETRIEVAL_DOCUMENTS, result, limit)
+    attrs = w.attrs
+    attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = "[" + ",".join([_summary_entry(d) for d in docs]) + "]"
+    attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
 
 
 def write_messages(w: AttrWriter, messages: Any) -> None:

@@ -81,3 +81,15 @@ def test_unknown_objects_fall_back_to_str():
             return "thing!"
 
     assert read_document(Thing()).content == "thing!"
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "-inf", 10**400, "high"])
+def test_scores_that_are_not_finite_numbers_are_left_out(spans, score):
+    @ragtrace.retriever
+    def retrieve(query):
+        return [{"id": "a", "content": "x", "score": score}]
+
+    retrieve("q")
+    a = spans.attrs("retrieve")
+    assert A.document_attr(0, "score") not in a
+    assert json.loads(a[A.GEN_AI_RETRIEVAL_DOCUMENTS]) == [{"id": "a"}]
