@@ -83,10 +83,11 @@ def test_spans_reach_a_real_otlp_receiver(sink, restore_settings, protocol):
     assert handle.stats()["spans_exported"] == 3
 
 
-def test_unreachable_exporter_never_blocks_or_breaks_the_app(restore_settings):
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_unreachable_exporter_never_blocks_or_breaks_the_app(restore_settings, protocol):
     dead = free_port()  # nothing listens here
-    handle = ragtrace.init(endpoint=f"http://127.0.0.1:{dead}", set_global=False, schedule_delay_ms=20,
-                           max_queue_size=256, export_timeout_s=1.0)
+    handle = ragtrace.init(endpoint=f"http://127.0.0.1:{dead}", protocol=protocol, set_global=False,
+                           schedule_delay_ms=20, max_queue_size=256, export_timeout_s=1.0)
     t0 = time.perf_counter()
     for i in range(300):
         assert pipe(f"q{i}") == "Paris."
