@@ -546,8 +546,11 @@ class RedisStreamQueue(RecordQueue):
                 self._r.delete(self._alive_key(self.consumer))
             except UNAVAILABLE:
                 pass
-        if self._buffer:
-            self.flush_buffer()
+        if self._buffer and not self.flush_buffer():
+            with self._buf_lock:
+                lost = len(self._buffer)
+                self.shed += lost
+            log.error("redis queue still unreachable at shutdown: %d locally buffered record(s) not delivered", lost)
         if self._flusher is not None:
             self._flusher.join(timeout=2)
         self._r.close()

@@ -190,6 +190,20 @@ def test_redis_down_buffers_locally_sheds_beyond_bound_and_recovers(tmp_path, pr
         srv.cleanup()
 
 
+def test_close_with_redis_still_down_reports_what_the_buffer_loses(tmp_path, prefix, caplog):
+    srv = RedisServer(data_dir=tmp_path).start()
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=5, retry_interval=0.1)
+        srv.stop()
+        assert q.put(rec(1)) and q.put(rec(2)) and q.buffered == 2
+        with caplog.at_level("ERROR", logger="collector.queue.redis"):
+            q.close()
+        assert q.shed == 2 and q.dropped == 2
+        assert "2 locally buffered record(s) not delivered" in caplog.text
+    finally:
+        srv.cleanup()
+
+
 def test_metrics_registered_on_registry(redis_server, prefix):
     from prometheus_client import CollectorRegistry
 
