@@ -110,6 +110,11 @@ def test_unknown_metric_and_missing_file_fail_fast(server, tmp_path, capsys):
     assert run_cli(server, data, tmp_path / "o.jsonl", "--metrics", "faithfulness,wisdom") == 2
     assert "wisdom" in capsys.readouterr().err
     assert run_cli(server, tmp_path / "absent.jsonl", tmp_path / "o.jsonl") == 2
+    broken = tmp_path / "dag.yaml"
+    broken.write_text("root: [unclosed\n")
+    capsys.readouterr()
+    assert run_cli(server, data, tmp_path / "o.jsonl", "--metrics", "dag", "--dag", str(broken)) == 2
+    assert "not valid YAML" in capsys.readouterr().err
     assert not server.requests
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,24 @@ class GEval(Metric):
 
 
 def load_dag(spec: dict[str, Any] | str | Path) -> dict[str, Any]:
-    """A DAG spec from a dict, a YAML string or a YAML file path; validated."""
+    """A DAG spec from a dict, a YAML string or a YAML file path; validated (YAML parsed once per text)."""
     if isinstance(spec, (str, Path)):
         path = Path(spec)
         text = path.read_text() if ("\n" not in str(spec) and path.exists()) else str(spec)
+        return _dag_from_yaml(text)
+    return _validated(spec)
+
+
+@lru_cache(maxsize=32)
+def _dag_from_yaml(text: str) -> dict[str, Any]:
+    try:
         spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"the DAG is not valid YAML: {exc}") from None
+    return _validated(spec)
+
+
+def _validated(spec: Any) -> dict[str, Any]:
     if not isinstance(spec, dict) or "root" not in spec:
         raise ValueError("a DAG spec needs a 'root' node")
     _validate_node(spec["root"], "root")
