@@ -137,11 +137,8 @@ class CountingExporter(SpanExporter):
             self.failed += len(spans)
         return result
 
-    def shutdown(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            self.inner.shutdown(*args, **kwargs)
-        except TypeError:
-            self.inner.shutdown()
+    def shutdown(self) -> None:
+        self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
