@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -97,8 +98,6 @@ class RagApp:
     @ragtrace.generator(name="llm_answer")
     def generate_llm(self, question: str, contexts: list[str], messages: list[dict], model: str,
                      slow_first_token: float = 0.0, extra_claim: str | None = None) -> Iterator[Any]:
-        import time
-
         stream = llm_stream(model, messages, api_base=self.api_base)
         first = True
         for chunk in stream:
