@@ -62,6 +62,7 @@ class AnswerRelevancy(Metric):
         generated = await ctx.memo(
             ("generate_questions", n), lambda: ctx.judge.generate_questions(r.response or "", ctx.contexts, n)
         )
+        generated = [g for g in generated if g.question.strip()]  # an empty question has no meaning to compare
         if not generated:
             raise MetricSkipped("the judge generated no questions")
         details: dict[str, Any] = {"questions": [{"question": g.question, "noncommittal": g.noncommittal} for g in generated]}

@@ -332,3 +332,20 @@ async def test_judge_replies_outside_the_request_are_errors_not_skips():
     opts = ScoringOptions(geval={"name": "range-test", "criteria": "Is it clear?", "params": ["response"]})
     [r] = await evaluate_record(FULL, ["geval"], judge, opts)
     assert r.status == "error" and "outside" in r.reason
+
+
+async def test_answer_relevancy_questions_ignores_empty_generations():
+    class Blank(EmbeddingOnly):
+        async def generate_questions(self, response, contexts, n=3):
+            return [GeneratedQuestion("Where is the Eiffel Tower?"), GeneratedQuestion("  ")]
+
+    opts = ScoringOptions(answer_relevancy_variant="questions")
+    [r] = await evaluate_record(FULL, ["answer_relevancy"], Blank(), opts)
+    assert r.status == "scored" and r.score == pytest.approx(1.0) and len(r.details["questions"]) == 1
+
+    class Nothing(EmbeddingOnly):
+        async def generate_questions(self, response, contexts, n=3):
+            return [GeneratedQuestion("")]
+
+    [r] = await evaluate_record(FULL, ["answer_relevancy"], Nothing(), opts)
+    assert r.status == "skipped" and "no questions" in r.reason
