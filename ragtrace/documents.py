@@ -37,6 +37,11 @@ def _num(v: Any) -> float | None:
     return f if type(f) is float and f - f == 0.0 else None
 
 
+def _is_score(v: Any) -> bool:
+    """Whether ``v`` is the score of a ``(doc, score)`` pair: a number (numpy's too), even NaN."""
+    return v is not None and not isinstance(v, (str, bytes, bool)) and hasattr(type(v), "__float__")
+
+
 def _from_dict(d: dict) -> Doc:
     # Fast path first: the common keys, then the alternatives.
     content = d.get("content")
@@ -83,7 +88,7 @@ def read_document(obj: Any) -> Doc:
         return Doc(None, obj, None, None)
     if t is dict or isinstance(obj, dict):
         return _from_dict(obj)
-    if isinstance(obj, tuple) and len(obj) == 2 and _num(obj[1]) is not None and not isinstance(obj[1], str):
+    if isinstance(obj, tuple) and len(obj) == 2 and _is_score(obj[1]):
         d = read_document(obj[0])
         return d._replace(score=_num(obj[1]))
     node = getattr(obj, "node", None)
@@ -129,7 +134,7 @@ def as_document_list(result: Any) -> list | None:
         return result
     if t is tuple:
         # A single (doc, score) pair vs a tuple of documents.
-        if len(result) == 2 and _num(result[1]) is not None and not isinstance(result[1], str):
+        if len(result) == 2 and _is_score(result[1]):
             return [result]
         return list(result)
     if isinstance(result, dict):

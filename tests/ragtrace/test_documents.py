@@ -93,3 +93,12 @@ def test_scores_that_are_not_finite_numbers_are_left_out(spans, score):
     a = spans.attrs("retrieve")
     assert A.document_attr(0, "score") not in a
     assert json.loads(a[A.GEN_AI_RETRIEVAL_DOCUMENTS]) == [{"id": "a"}]
+
+
+def test_a_scored_pair_with_a_nan_score_is_still_one_document():
+    from ragtrace.documents import read_documents
+
+    docs, total = read_documents([("first", float("nan")), ("second", 0.5)])
+    assert total == 2 and [(d.content, d.score) for d in docs] == [("first", None), ("second", 0.5)]
+    docs, total = read_documents(("only", float("nan")))
+    assert total == 1 and docs[0].content == "only"
