@@ -227,6 +227,8 @@ class LLMJudge(Judge):
             result = await self._ask_uncached(prompt, schema, check, temperature, logprobs)
         except BaseException as exc:
             if not future.done():
+                if isinstance(exc, asyncio.CancelledError):  # only the owner was cancelled, not its waiters
+                    exc = JudgeError("the identical call this one was waiting for was cancelled", retryable=True)
                 future.set_exception(exc)
                 future.exception()  # mark retrieved: waiters re-raise it, nobody else must
             raise

@@ -222,6 +222,21 @@ async def test_identical_calls_are_cached_and_concurrent_ones_shared(server):
     assert first[2].details["variant"] == "statements" and first[2].score == 1.0
 
 
+async def test_a_cancelled_record_does_not_cancel_another_waiting_on_the_same_call(server):
+    server.push(Reply(delay=1.0, json=CLAIMS))
+    judge = judge_for(server)
+    owner = asyncio.ensure_future(evaluate_record(RECORD, ["faithfulness"], judge))
+    while not server.chat_requests():
+        await asyncio.sleep(0.01)
+    waiter = asyncio.ensure_future(evaluate_record(RECORD.model_copy(update={"id": "r2"}), ["faithfulness"], judge))
+    await asyncio.sleep(0.05)
+    owner.cancel()
+    [res] = await waiter  # not CancelledError: an availability error, so the record waits and is retried
+    assert res.status == "error" and res.retryable and "cancelled" in res.reason
+    [res] = await evaluate_record(RECORD, ["faithfulness"], judge)
+    assert res.status == "scored" and res.score == pytest.approx(0.5)
+
+
 async def test_default_set_costs_three_calls_per_record(server):
     judge = judge_for(server)
     results = await evaluate_record(RECORD, ["faithfulness", "answer_relevancy", "context_precision"], judge)
