@@ -43,6 +43,7 @@ STATUS_ERROR = 2
 # spans): the SpanData, its ids and dict, and per attribute two str headers and a dict slot.
 _SPAN_OVERHEAD = 600
 _ATTR_OVERHEAD = 130
+_EVENT_OVERHEAD = 250  # the (name, attrs) tuple and its dict
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 
@@ -140,6 +141,18 @@ def any_value(v: Any) -> Any:
     return None
 
 
+def _value_bytes(value: Any) -> int:
+    """Estimated Python memory of a kept value beyond its holder's slot (strings by length, arrays and
+    maps by their items), so large non-string values count against ``max_inflight_bytes`` too."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return 56 + sum(8 + (49 + len(v) if isinstance(v, str) else _value_bytes(v)) for v in value)
+    if isinstance(value, dict):
+        return 64 + sum(len(k) + _value_bytes(v) + _ATTR_OVERHEAD for k, v in value.items())
+    return 16
+
+
 class DecodedRequest:
     """Spans grouped by trace id, plus what was refused and why."""
 
@@ -203,13 +216,16 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                             attrs[key] = text
                             nbytes += len(key) + len(text) + _ATTR_OVERHEAD
                         else:
-                            attrs[key] = any_value(value)
-                            nbytes += len(key) + 16 + _ATTR_OVERHEAD
+                            attrs[key] = kept = any_value(value)
+                            nbytes += len(key) + _value_bytes(kept) + _ATTR_OVERHEAD
                 events: list[tuple[str, dict[str, Any]]] = []
                 if len(sp.events):
                     for ev in sp.events:
                         if ev.name.startswith(KEPT_EVENT_PREFIXES):
-                            events.append((ev.name, {kv.key: any_value(kv.value) for kv in ev.attributes}))
+                            ev_attrs = {kv.key: any_value(kv.value) for kv in ev.attributes}
+                            events.append((ev.name, ev_attrs))
+                            # content events carry whole prompts and completions: bounded like attributes
+                            nbytes += _EVENT_OVERHEAD + len(ev.name) + _value_bytes(ev_attrs)
                 if sp.HasField("status"):
                     status = sp.status
                     code, message = status.code, status.message
