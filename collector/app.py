@@ -149,7 +149,9 @@ class CollectorApp:
         app = web.Application()
 
         async def handle_metrics(request: web.Request) -> web.Response:
-            return metrics_response(self.registry, request.headers.get("Accept"))
+            # off the loop: collecting reads the queue (a Redis round trip, a SQLite lock), and a slow
+            # or unreachable backend must not stall the receivers sharing this loop
+            return await asyncio.to_thread(metrics_response, self.registry, request.headers.get("Accept"))
 
         async def handle_health(request: web.Request) -> web.Response:
             return web.Response(text="ok\n")
