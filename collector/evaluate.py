@@ -23,7 +23,6 @@ import asyncio
 import json
 import math
 import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
