@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -108,11 +109,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not args.summary and not args.metric:
         print("give --metric NAME (the worst records of one metric) or --summary", file=sys.stderr)
         return 2
-    path = store_path(args)
+    try:
+        path = store_path(args)
+    except (OSError, ValueError) as exc:  # missing or invalid --config
+        print(f"ragtrace-collector results: bad configuration: {exc}", file=sys.stderr)
+        return 2
     if not path.exists():
         print(f"no results store at {path} (has the collector scored anything yet?)", file=sys.stderr)
         return 1
-    store = ResultsStore(path)
+    try:
+        store = ResultsStore(path)
+    except sqlite3.DatabaseError as exc:
+        print(f"{path} is not a ragtrace results store: {exc}", file=sys.stderr)
+        return 1
     if args.summary:
         try:
             summary = store.summary(pipeline=args.pipeline)

@@ -63,6 +63,12 @@ def test_clear_errors(tmp_path, capsys):
     fill(tmp_path / "r.sqlite")
     assert results_cmd.run(parse(["--metric", "faithfulnes", "--store", str(tmp_path / "r.sqlite")])) == 1
     assert "stored metrics: faithfulness" in capsys.readouterr().err
+    (tmp_path / "not-a-store.sqlite").write_text("plain text, not SQLite " * 100)
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--store", str(tmp_path / "not-a-store.sqlite")])) == 1
+    assert "is not a ragtrace results store" in capsys.readouterr().err
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--config", str(tmp_path / "missing.yaml")])) == 2
+    err = capsys.readouterr().err
+    assert "bad configuration" in err and "missing.yaml" in err
 
 
 def test_store_path_from_config(tmp_path, monkeypatch):
