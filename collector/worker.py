@@ -270,7 +270,10 @@ class ScoringWorker:
         done, uncounted = await asyncio.to_thread(self._already_scored, record.key, wanted)
         todo = [m for m in wanted if m not in done]
         if not todo:
-            await self._committed(item, [], uncounted)
+            if uncounted:
+                await self._committed(item, [], uncounted)
+            else:
+                await asyncio.to_thread(self.queue.ack, item.receipt)
             return
         heartbeat = self._heartbeat(item) if hasattr(self.queue, "extend") else None
         try:
