@@ -309,14 +309,15 @@ class ScoringWorker:
 
     async def _commit(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult] = ()) -> None:
         record = item.record
-        if uncounted:
-            claimed = await asyncio.to_thread(self._claim, record.key, uncounted)
-            self._publish(record, uncounted, claimed)
         waiting = [r for r in results if r.status == "error" and r.retryable]
         final = [r for r in results if not (r.status == "error" and r.retryable)]
+        new: list[bool] = []
+        if uncounted:
+            new += await asyncio.to_thread(self._claim, record.key, uncounted)
         if final:
-            new = await asyncio.to_thread(self._record_results, record, final)
-            self._publish(record, final, new)
+            new += await asyncio.to_thread(self._record_results, record, final)
+        if new:  # one publication per delivery: the record counts once in records_scored and the budget
+            self._publish(record, list(uncounted) + final, new)
         if waiting:
             await self._judge_unavailable(item, JudgeError(waiting[0].reason or "judge unavailable", retryable=True))
             return

@@ -119,5 +119,7 @@ async def test_restarted_worker_counts_results_it_stored_but_never_marked(redis_
         assert queue.scored_marks.owner_of(crashed_rec.key, metric) == queue.consumer
         assert queue.scored_marks.owner_of(partial_rec.key, metric) == queue.consumer
         assert queue.scored_marks.owner_of(counted_rec.key, metric) == first_life.consumer
+    # one record each, though partial_rec's results came from two lives
+    assert reg.get_sample_value("ragtrace_records_scored_total", {"pipeline": "qa"}) == 2
     assert ResultsStore(data_dir / "results.sqlite").counts_per_key() == {
         crashed_rec.key: 3, partial_rec.key: 3, counted_rec.key: 3}
