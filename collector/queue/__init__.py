@@ -2,14 +2,12 @@
 
 * ``sqlite:///relative/path.sqlite`` or ``sqlite:////absolute/path.sqlite`` — the embedded
   durable default (:mod:`collector.queue.sqlite`); ``?synchronous=full`` fsyncs every commit.
-* ``redis://host:port/db`` (and ``rediss://``) — Redis Streams for scale-out, implemented in
-  :mod:`collector.queue.redis` as ``open_redis_queue(url, max_depth) -> RecordQueue`` (or, failing
-  that, a ``RedisQueue(url, max_depth=...)`` class).
+* ``redis://host:port/db`` (and ``rediss://``, ``unix://``) — Redis Streams for scale-out
+  (:mod:`collector.queue.redis`).
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,8 +40,7 @@ def open_queue(url: str, max_depth: int = 10000) -> RecordQueue:
     if scheme in ("redis", "rediss", "unix"):
         # The Redis Streams backend lives in its own module so the embedded default never
         # imports the redis client.
-        module = importlib.import_module("collector.queue.redis")
-        if hasattr(module, "open_redis_queue"):
-            return module.open_redis_queue(url, max_depth)
-        return module.RedisQueue(url, max_depth=max_depth)
+        from collector.queue.redis import open_redis_queue
+
+        return open_redis_queue(url, max_depth)
     raise ValueError(f"unsupported queue URL {url!r}: use sqlite:///path or redis://host:port/db")
