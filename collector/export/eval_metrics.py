@@ -9,6 +9,9 @@ Names (Grafana dashboards and alert rules are written against these):
   sampling weight (1 / its sampling probability) and of weight × score, so
   ``rate(weighted_score) / rate(weight)`` is the traffic-weighted mean score, unbiased when
   pipelines or always-sample rules sample at different rates.
+* ``ragtrace_eval_latency_seconds{pipeline}`` — the ``latency`` metric (TTFT + TPOT × output tokens),
+  which is in seconds, not on ``[0, 1]``: metrics whose range is not ``[0, 1]`` stay out of
+  ``ragtrace_eval_score`` so they cannot distort quality means and thresholds.
 * ``ragtrace_evaluations_total{metric,outcome}`` — outcome ``scored`` | ``skipped`` | ``error``.
 * ``ragtrace_judge_calls_total{judge}``, ``ragtrace_judge_tokens_total{judge,kind}`` (kind
   ``prompt`` | ``completion``), ``ragtrace_judge_cost_usd_total{judge}``,
@@ -49,6 +52,18 @@ SCORE_BUCKETS: tuple[float, ...] = tuple(round(i * 0.05, 2) for i in range(0, 21
 JUDGE_LATENCY_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
+# The latency metric: OTel GenAI duration advisory buckets (seconds).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)
+
+
+def _is_quality_score(metric: str) -> bool:
+    """Whether a metric scores on ``[0, 1]`` (a quality score) rather than in other units."""
+    from collector.scoring.metrics import METRICS
+
+    m = METRICS.get(metric)
+    return m is None or tuple(m.score_range) == (0.0, 1.0)
 
 
 _by_registry: "weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics]" = weakref.WeakKeyDictionary()
@@ -69,6 +84,13 @@ class EvalMetrics:
             "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",
             ["metric", "pipeline", "judge"],
             buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.eval_latency = Histogram(
+            "ragtrace_eval_latency_seconds",
+            "The latency metric of scored records: TTFT + TPOT x output tokens, in seconds.",
+            ["pipeline"],
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.eval_weight = Counter(
@@ -139,18 +161,24 @@ class EvalMetrics:
             counted += 1
             self.evaluations.labels(result.metric, result.status).inc()
             if result.status == "scored" and result.score is not None:
-                exemplar = {"trace_id": record.trace_id} if record.trace_id else None
-                self.eval_score.labels(result.metric, pipeline, judge).observe(result.score, exemplar=exemplar)
-                weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
-                self.eval_weight.labels(result.metric, pipeline, judge).inc(weight)
-                if result.score > 0:  # counters only go up; a score of 0 adds nothing anyway
-                    self.eval_weighted_score.labels(result.metric, pipeline, judge).inc(weight * result.score)
+                self._observe_score(record, result, pipeline, judge)
             self.observe_usage(judge, result)
             if result.status == "error" and not result.retryable:
                 self.judge_errors.labels(judge, "failed").inc()
         if counted:
             self.records_scored.labels(pipeline).inc()
         return counted
+
+    def _observe_score(self, record: RagRecord, result: MetricResult, pipeline: str, judge: str) -> None:
+        exemplar = {"trace_id": record.trace_id} if record.trace_id else None
+        if not _is_quality_score(result.metric):
+            self.eval_latency.labels(pipeline).observe(result.score, exemplar=exemplar)
+            return
+        self.eval_score.labels(result.metric, pipeline, judge).observe(result.score, exemplar=exemplar)
+        weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
+        self.eval_weight.labels(result.metric, pipeline, judge).inc(weight)
+        if result.score > 0:  # counters only go up; a score of 0 adds nothing anyway
+            self.eval_weighted_score.labels(result.metric, pipeline, judge).inc(weight * result.score)
 
     def observe_usage(self, judge: str, result: MetricResult) -> None:
         usage = result.usage

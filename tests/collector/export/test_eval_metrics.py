@@ -107,3 +107,17 @@ def test_sampling_weights_give_an_unbiased_mean():
     weight = registry.get_sample_value("ragtrace_eval_weight_total", labels)
     weighted = registry.get_sample_value("ragtrace_eval_weighted_score_total", labels)
     assert weight == 11 and weighted / weight == pytest.approx(1 / 11)
+
+
+def test_latency_in_seconds_stays_out_of_the_quality_score_histogram():
+    registry = CollectorRegistry()
+    m = EvalMetrics(registry)
+    record = RagRecord(trace_id=TRACE, pipeline="qa", sampling_weight=2.0)
+    m.observe_results(record, [MetricResult("latency", "scored", 2.27, higher_is_better=False),
+                               MetricResult("faithfulness", "scored", 0.5)], "local")
+    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "latency", "pipeline": "qa", "judge": "local"}) is None
+    assert registry.get_sample_value("ragtrace_eval_weight_total", {"metric": "latency", "pipeline": "qa", "judge": "local"}) is None
+    assert registry.get_sample_value("ragtrace_eval_latency_seconds_count", {"pipeline": "qa"}) == 1
+    assert registry.get_sample_value("ragtrace_eval_latency_seconds_sum", {"pipeline": "qa"}) == pytest.approx(2.27)
+    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "faithfulness", "pipeline": "qa", "judge": "local"}) == 1
+    assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "latency", "outcome": "scored"}) == 1
