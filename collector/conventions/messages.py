@@ -151,28 +151,34 @@ def conversation(
     """The user/assistant conversation of a request: the prompt's earlier exchanges, the question, the answer.
 
     A prompt is not a conversation as written: system and tool messages are instructions, and the last
-    user message is often a template stuffed with the retrieved contexts. So only user and assistant
-    messages are kept, user messages carrying a retrieved context are dropped, and the final user turn is
-    the request's own question when known (the template's last user message otherwise). Empty when the
-    prompt has no messages, so the record keeps its single question/answer exchange.
+    user message is often a template wrapping the question and stuffed with the retrieved contexts. So
+    only user and assistant messages are kept and earlier user messages carrying a retrieved context are
+    dropped. The prompt's final user message becomes the request's question when it is such a template
+    (it holds a context or the question itself); otherwise it is the user's own words and stays (the
+    question may be a rewrite made for retrieval). Without a final user message the question is appended.
+    Empty when the prompt has no messages, so the record keeps its single question/answer exchange.
     """
     if not prompt:
         return []
     stuffed = [c for c in contexts if len(c.strip()) >= 20]
     turns: list[Message] = []
-    last = len(prompt) - 1
-    for i, (role, content) in enumerate(prompt):
+    for role, content in prompt[:-1]:
         role = role.lower()
         if role in _ASSISTANT_ROLES:
             turns.append(("assistant", content))
         elif role in _USER_ROLES or role == "":
-            # a context-stuffed template is kept only when it is all there is of the question
-            if not any(c in content for c in stuffed) or (i == last and not question):
+            if not any(c in content for c in stuffed):
                 turns.append(("user", content))
-    if question:
-        if turns and turns[-1][0] == "user":
-            turns[-1] = ("user", question)
-        else:
+    role, content = prompt[-1][0].lower(), prompt[-1][1]
+    if role in _USER_ROLES or role == "":
+        if question and (question in content or any(c in content for c in stuffed)):
+            content = question
+        if not turns or turns[-1] != ("user", content):  # the question may precede a contexts-only message
+            turns.append(("user", content))
+    else:
+        if role in _ASSISTANT_ROLES:
+            turns.append(("assistant", content))
+        if question:
             turns.append(("user", question))
     if answer:
         turns.append(("assistant", answer))

@@ -97,8 +97,16 @@ def test_conversation_rules():
     assert conversation([("Human", "hi"), ("tool", "{}"), ("AI", "hello"), ("user", STUFFED)], None, "ok",
                         [F.DOCS[0][1]]) == [("user", "hi"), ("assistant", "hello"), ("user", STUFFED),
                                             ("assistant", "ok")]
-    # a dropped template leaves the question to be appended
+    # the final template becomes the question, also when it carries only the contexts
     assert conversation([("user", STUFFED)], F.QUESTION, None, [F.DOCS[0][1]]) == [("user", F.QUESTION)]
+    assert conversation([("user", F.QUESTION), ("user", "Context:\n" + F.DOCS[0][1])], F.QUESTION, F.ANSWER,
+                        [F.DOCS[0][1]]) == [("user", F.QUESTION), ("assistant", F.ANSWER)]
+    # a final message in the user's own words stays: the question may be a rewrite made for retrieval
+    assert conversation([("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?")],
+                        "Does the warranty cover accidental damage?", "No.") == [
+        ("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?"), ("assistant", "No.")]
+    # a prompt that does not end with a user message gets the question appended
+    assert conversation([("system", SYSTEM)], F.QUESTION, F.ANSWER) == [("user", F.QUESTION), ("assistant", F.ANSWER)]
     # short contexts do not make every message containing a common word look stuffed
     assert conversation([("user", "yes")], None, "done", ["yes"]) == [("user", "yes"), ("assistant", "done")]
     assert conversation([], F.QUESTION, F.ANSWER) == []
