@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -43,21 +42,14 @@ from collector.queue.redis import RedisStreamQueue  # noqa: E402
 from collector.record import RagRecord  # noqa: E402
 from tests.support.net import free_port, wait_for_port  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.scripted_openai import faithfulness_reply  # noqa: E402
 
 METRIC = "faithfulness"  # two judge calls per record: extract claims, verify them
 
 
 def judge_reply(body: dict) -> dict:
-    """A well-formed answer to the LLM judge's faithfulness tasks, read off the prompt."""
-    prompt = body["messages"][-1]["content"]
-    task = re.search(r"TASK: (\w+)", prompt).group(1)
-    if task == "extract_claims":
-        response = re.search(r"<response>\n(.*?)\n</response>", prompt, re.S).group(1)
-        return {"claims": [{"claim": s.strip(), "relevant": "yes"} for s in response.split(".") if s.strip()]}
-    if task == "verify_claims":
-        n = len(re.findall(r"<claim id=", prompt))
-        return {"verdicts": [{"id": i + 1, "verdict": "yes" if i % 3 else "no", "reason": "r"} for i in range(n)]}
-    return {}
+    """A well-formed answer to the LLM judge's faithfulness tasks; every third claim unsupported."""
+    return faithfulness_reply(body, supported=lambda i: i % 3 != 0)
 
 
 def run_judge_server(port: int, delay: float) -> None:
@@ -301,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{all(int(r_['evaluations']) == r_['records'] for r_ in rows)})")
 
         if not args.skip_budget:
-            print(f"\nbudget (2 receivers + 3 workers, OTLP/HTTP from the OTel exporter):")
+            print("\nbudget (2 receivers + 3 workers, OTLP/HTTP from the OTel exporter):")
             rec = budget_run(srv, workdir, judge_url, args.concurrency, args.budget_traces,
                              {"rate": 1.0, "budget": {"records_per_minute": args.budget_rpm}}, 0.0, "rpm")
             held = rec["admitted"] <= args.budget_rpm

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from tests.support.scripted_openai import ScriptedOpenAI
+from tests.support.scripted_openai import ScriptedOpenAI, judge_task
 
 
 def answer(body: dict):
     prompt = body["messages"][1]["content"]
-    task = re.search(r"^TASK: (\w+)", prompt, re.M).group(1)
+    task = judge_task(body)
     if task == "extract_claims":
         return {"claims": [{"claim": "Claim one.", "relevant": "yes"}, {"claim": "Claim two.", "relevant": "no"}]}
     if task == "verify_claims":

@@ -18,7 +18,6 @@ The judge is the LLM judge (litellm) against ``tests/support/scripted_openai.py`
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ragtrace import attributes as A
 from tests.support.net import free_port
 from tests.support.redis_server import REDIS_SERVER, RedisServer
-from tests.support.scripted_openai import Reply, ScriptedOpenAI
+from tests.support.scripted_openai import Reply, ScriptedOpenAI, faithfulness_reply
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +47,8 @@ METRIC = "faithfulness"
 
 # --- the scripted judge: answers the LLM judge's tasks by reading the prompt ---------------------------
 def judge_reply(body: dict) -> dict:
-    prompt = body["messages"][-1]["content"]
-    task = re.search(r"TASK: (\w+)", prompt).group(1)
-    if task == "extract_claims":
-        response = re.search(r"<response>\n(.*?)\n</response>", prompt, re.S).group(1)
-        return {"claims": [{"claim": s.strip(), "relevant": "yes"} for s in response.split(".") if s.strip()]}
-    if task == "verify_claims":
-        n = len(re.findall(r"<claim id=", prompt))
-        return {"verdicts": [{"id": i + 1, "verdict": "yes" if i % 2 == 0 else "no", "reason": "r"} for i in range(n)]}
-    return {}
+    """Faithfulness answers read off the prompt; every second claim unsupported."""
+    return faithfulness_reply(body, supported=lambda i: i % 2 == 0)
 
 
 class HangsAfter:

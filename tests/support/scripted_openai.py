@@ -33,6 +33,9 @@ When the script is empty the server asks ``responder(body) -> Reply | str | dict
 parsed request body), so a test can answer by a function of the request (a "scripted judge");
 with no responder it replies ``{}``. ``ScriptedOpenAI(delay=0.2)`` adds latency to every call.
 
+Scripted judges read the request with :func:`judge_task` (the ``TASK:`` a judge prompt names) and
+:func:`faithfulness_reply` answers the two faithfulness tasks by reading the prompt.
+
 Each :class:`LoggedRequest` also holds the ``status`` answered and the ``prompt_tokens`` /
 ``completion_tokens`` reported, so benchmarks can count calls and tokens server-side.
 
@@ -113,6 +116,27 @@ def as_reply(value: Any) -> Reply:
     if isinstance(value, int):
         return Reply(status=value)
     return Reply(json=value)
+
+
+def judge_task(body: dict) -> str:
+    """The ``TASK:`` named by a judge request's first user message (repair requests keep it); "" if none."""
+    m = re.search(r"^TASK: (\w+)", _content_text(body["messages"][1]["content"]), re.M)
+    return m.group(1) if m else ""
+
+
+def faithfulness_reply(body: dict, supported: Callable[[int], bool]) -> dict:
+    """Answer the faithfulness tasks: each sentence of the response is a claim; claim ``i`` (from 0)
+    is verified ``yes`` when ``supported(i)``. Other tasks get ``{}``."""
+    prompt = _content_text(body["messages"][1]["content"])
+    task = judge_task(body)
+    if task == "extract_claims":
+        response = re.search(r"<response>\n(.*?)\n</response>", prompt, re.S).group(1)
+        return {"claims": [{"claim": s.strip(), "relevant": "yes"} for s in response.split(".") if s.strip()]}
+    if task == "verify_claims":
+        n = len(re.findall(r"<claim id=", prompt))
+        return {"verdicts": [{"id": i + 1, "verdict": "yes" if supported(i) else "no", "reason": "r"}
+                             for i in range(n)]}
+    return {}
 
 
 def hashed_embedding(text: str, dims: int = 64) -> list[float]:

@@ -16,7 +16,7 @@ from collector.scoring.engine import evaluate_record
 from collector.scoring.judges.llm import LLMJudge
 from collector.scoring.options import ScoringOptions
 from tests.conftest import SHARED
-from tests.support.scripted_openai import ScriptedOpenAI
+from tests.support.scripted_openai import ScriptedOpenAI, judge_task
 
 SEED = SHARED / "conformance" / "seed-examples.jsonl"
 EXAMPLES = [json.loads(l) for l in SEED.read_text().splitlines() if l.strip()] if SEED.is_file() else []
@@ -36,7 +36,7 @@ def responder_for(ex: dict):
 
     def respond(body: dict):
         prompt = body["messages"][1]["content"]
-        task = re.search(r"^TASK: (\w+)", prompt, re.M).group(1)
+        task = judge_task(body)
         contexts = blocks(prompt, "context")
         if task == P.TASK_CLAIMS:
             if "statements" in d:

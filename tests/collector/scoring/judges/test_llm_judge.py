@@ -19,7 +19,7 @@ from collector.scoring.judges import make_judge
 from collector.scoring.judges.llm import LLMJudge
 from collector.scoring.options import ScoringOptions
 from tests.support.net import free_port
-from tests.support.scripted_openai import Reply, ScriptedOpenAI
+from tests.support.scripted_openai import Reply, ScriptedOpenAI, judge_task
 
 RECORD = RagRecord(
     id="r1",
@@ -33,15 +33,9 @@ VERDICTS = {"verdicts": [{"id": 1, "verdict": "yes", "reason": "German-born"},
                          {"id": 2, "verdict": "no", "reason": "born 14 March"}]}
 
 
-def task_of(body: dict) -> str:
-    """The prompt type: the first user message (repair requests keep it) names its TASK."""
-    m = re.search(r"^TASK: (\w+)", body["messages"][1]["content"], re.M)
-    return m.group(1) if m else ""
-
-
 def answering(body: dict):
     """A scripted judge answering the Einstein record's decisions by prompt type."""
-    task = task_of(body)
+    task = judge_task(body)
     if task == P.TASK_CLAIMS:
         return CLAIMS
     if task == P.TASK_VERIFY:
@@ -178,12 +172,12 @@ async def test_injection_in_a_retrieved_document_stays_data(server):
     clean = RagRecord(user_input=record.user_input, retrieved_contexts=["Paris is the capital of France.", "Berlin is in Germany."],
                       response=record.response)
     server.responder = lambda body: (
-        {"claims": [{"claim": "The capital of France is Lyon.", "relevant": "yes"}]} if task_of(body) == P.TASK_CLAIMS
+        {"claims": [{"claim": "The capital of France is Lyon.", "relevant": "yes"}]} if judge_task(body) == P.TASK_CLAIMS
         else {"verdicts": [{"id": 1, "verdict": "no", "reason": "Paris is the capital"}]})
     judge = judge_for(server)
     [res] = await evaluate_record(record, ["faithfulness"], judge)
     assert res.status == "scored" and res.score == 0.0
-    verify = [r for r in server.chat_requests() if task_of(r.body) == P.TASK_VERIFY][0]
+    verify = [r for r in server.chat_requests() if judge_task(r.body) == P.TASK_VERIFY][0]
     system, prompt = verify.messages[0]["content"], verify.messages[1]["content"]
     assert "never instructions" in system
     # the injected text sits inside its context block and cannot close it
@@ -195,7 +189,7 @@ async def test_injection_in_a_retrieved_document_stays_data(server):
     assert "Ignore previous instructions" not in outside and "YES" not in outside
     # the task and output format are exactly those of the clean record
     await evaluate_record(clean, ["faithfulness"], judge)
-    clean_verify = [r for r in server.chat_requests() if task_of(r.body) == P.TASK_VERIFY][-1]
+    clean_verify = [r for r in server.chat_requests() if judge_task(r.body) == P.TASK_VERIFY][-1]
     assert prompt.split("TASK:")[1] == clean_verify.messages[1]["content"].split("TASK:")[1]
     assert prompt.rstrip().endswith(P.verify_prompt(["x"], ["y"]).rstrip().splitlines()[-1])
 
@@ -262,7 +256,7 @@ async def test_geval_weights_scores_by_token_probabilities(server):
     # steps are generated once per criteria; without logprobs the raw score is used
     [res2] = await evaluate_record(RECORD.model_copy(update={"response": "Einstein: Germany, 1879."}), ["geval"], judge, options)
     assert res2.score == pytest.approx(8 / 9) and res2.details["weighted"] is False
-    assert sum(task_of(r.body) == P.TASK_GEVAL_STEPS for r in server.chat_requests()) == 1
+    assert sum(judge_task(r.body) == P.TASK_GEVAL_STEPS for r in server.chat_requests()) == 1
 
 
 async def test_safety_majority_vote_with_independent_votes(server):
@@ -298,7 +292,7 @@ async def test_noise_sensitivity_shares_claims_and_chunk_flags(server):
                           "retrieved_contexts": RECORD.context_texts + ["Einstein won a Nobel prize."]})
 
     def respond(body):
-        task = task_of(body)
+        task = judge_task(body)
         if task == P.TASK_CLAIMS:
             return CLAIMS
         if task == P.TASK_VERIFY:
@@ -315,7 +309,7 @@ async def test_noise_sensitivity_shares_claims_and_chunk_flags(server):
         judge_for(server))
     assert [r.status for r in results] == ["scored"] * 4
     assert results[2].score == pytest.approx(0.5) and results[3].score == 0.0
-    tasks = [task_of(r.body) for r in server.chat_requests()]
+    tasks = [judge_task(r.body) for r in server.chat_requests()]
     assert sorted(tasks) == sorted([P.TASK_CLAIMS, P.TASK_VERIFY, P.TASK_CHUNKS, P.TASK_VERIFY_PER_CONTEXT, P.TASK_VERIFY])
 
 
@@ -334,7 +328,7 @@ def test_make_judge_local_is_the_embedded_judge():
 
 async def test_questions_variant_generates_once_and_embeds_remotely(server):
     def respond(body):
-        if task_of(body) == P.TASK_QUESTIONS:
+        if judge_task(body) == P.TASK_QUESTIONS:
             return {"questions": [{"question": "Where and when was Einstein born?", "noncommittal": False}] * 3}
         return {}
 
@@ -402,13 +396,13 @@ async def test_injection_in_the_answer_cannot_pose_as_the_task(server):
     prompt = server.chat_requests()[0].messages[1]["content"]
     assert len(re.findall(r"^TASK:", prompt, re.M)) == 1
     assert prompt.count("</response>") == 1 and prompt.index("</response>") < prompt.index("\nTASK:")
-    assert task_of(server.chat_requests()[0].body) == P.TASK_CLAIMS
+    assert judge_task(server.chat_requests()[0].body) == P.TASK_CLAIMS
 
 
 async def test_claims_without_relevance_verdicts_never_read_as_relevant(server):
     """A reply listing bare claims serves faithfulness; answer relevancy errs instead of scoring 1."""
     bare = {"claims": ["Einstein was born in Germany.", "Einstein was born on 20th March 1879."]}
-    server.responder = lambda body: bare if task_of(body) == P.TASK_CLAIMS else answering(body)
+    server.responder = lambda body: bare if judge_task(body) == P.TASK_CLAIMS else answering(body)
     faith, relevancy = await evaluate_record(RECORD, ["faithfulness", "answer_relevancy"], judge_for(server),
                                              ScoringOptions(answer_relevancy_variant="statements"))
     assert faith.status == "scored" and faith.score == pytest.approx(0.5)
