@@ -1,21 +1,42 @@
-# The README's two commands: `make demo` (the main job) and `make test`.
+# The README's two commands: `make demo` (the main job) and `make test`. Every target first runs
+# scripts/bootstrap.sh, which creates .venv (the project's own virtual environment; nothing goes into
+# the system Python) and installs the SDK and the collector with its dev extra; after the first time
+# it returns at once unless pyproject.toml or collector/pyproject.toml changed.
 PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test bench
+.PHONY: install demo test test-unit test-deps lint bench
 
 install:
-	$(PYTHON) -m pip install -q -e ".[collector,dev]"
+	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
 
 demo: install
-	$(PYTHON) -m collector.cli demo --degrade-after 90
+	$(PY) -m ragtrace_collector demo --degrade-after 90
 
+# The full suite, as CI runs it. Installs Debian's prometheus, alertmanager and redis-server when
+# missing and possible (root with apt-get); otherwise the tests that need them skip.
 test: install
-	$(PYTHON) -m pytest -q
+	@bash scripts/install_test_deps.sh
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fast inner loop: no servers, no wheel builds.
+test-unit: install
+	$(PY) -m pytest -q -m "not integration and not slow" --ignore=tests/integration $(PYTEST_ARGS)
+
+test-deps:
+	@bash scripts/install_test_deps.sh --require
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: install
-	$(PYTHON) bench/sdk_overhead.py
-	$(PYTHON) bench/collector_ingest.py
-	$(PYTHON) bench/judge_cost.py --rows 50
-	$(PYTHON) bench/scale_out.py
-	$(PYTHON) scripts/eval_local_judge.py
+	$(PY) bench/sdk_overhead.py
+	$(PY) bench/collector_ingest.py
+	$(PY) bench/judge_cost.py --rows 50
+	$(PY) bench/scale_out.py
+	$(PY) scripts/eval_local_judge.py

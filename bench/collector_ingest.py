@@ -196,7 +196,7 @@ def start_collector(data_dir: str, sampling_rate: float, max_pending: int):
         "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "1.0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "serve", "--role", "receiver", "--data-dir", data_dir,
+        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--role", "receiver", "--data-dir", data_dir,
          "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics),
          "--log-level", "WARNING"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -285,8 +285,8 @@ def pct(values: list[float], q: float) -> float:
 
 # --- in-process ceilings --------------------------------------------------------------------------
 def ceilings(repeat: int = 20) -> list[tuple[str, float]]:
-    from collector.conventions import build_record
-    from collector.receiver.spans import extract_spans, parse_protobuf
+    from ragtrace_collector.processor.conventions import build_record
+    from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
 
     factory = BodyFactory()
     bodies = [factory.body() for _ in range(repeat)]

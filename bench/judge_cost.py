@@ -138,11 +138,11 @@ def load_rows(n: int) -> list[dict[str, Any]]:
 
 
 async def run_ragtrace(rows: list[dict[str, Any]], base_url: str, concurrency: int, variant: str | None) -> dict[str, Any]:
-    from collector.record import RagRecord
-    from collector.scoring.engine import evaluate_record
-    from collector.scoring.judge import JudgeUsage
-    from collector.scoring.judges.llm import LLMJudge
-    from collector.scoring.options import ScoringOptions
+    from ragtrace_collector.model.record import RagRecord
+    from ragtrace_collector.scoring.engine import evaluate_record
+    from ragtrace_collector.model.result import JudgeUsage
+    from ragtrace_collector.scoring.judges.llm import LLMJudge
+    from ragtrace_collector.scoring.options import ScoringOptions
 
     judge = LLMJudge("openai/judge", base_url=base_url, api_key="bench", concurrency=concurrency, timeout=60,
                      embedding_model="openai/embedder" if variant in ("questions", "embedding") else None)

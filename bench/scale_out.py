@@ -38,8 +38,8 @@ import redis  # noqa: E402
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from collector.queue.redis import RedisStreamQueue  # noqa: E402
-from collector.record import RagRecord  # noqa: E402
+from ragtrace_collector.queue.redis import RedisStreamQueue  # noqa: E402
+from ragtrace_collector.model.record import RagRecord  # noqa: E402
 from tests.support.net import free_port, wait_for_port  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 from tests.support.scripted_openai import faithfulness_reply  # noqa: E402
@@ -75,7 +75,7 @@ class Collector:
         env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "collector.cli", "serve", "--config", str(path), "--log-level", "WARNING"],
+                [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(path), "--log-level", "WARNING"],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
 

@@ -23,8 +23,7 @@ from . import attributes
 from .config import TracingHandle, configure_limits, init
 from .decorators import annotate, current_trace_id, generator, pipeline, reranker, retriever
 from .safety import internal_errors
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "TracingHandle",

@@ -18,13 +18,14 @@ import inspect
 import traceback
 import types
 import weakref
+from collections.abc import Callable
 from time import perf_counter
-from typing import Any, Callable, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 import wrapt
 from opentelemetry import trace
 from opentelemetry.context import attach, create_key, detach, get_value, set_value
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 
 from . import attributes as A
 from . import safety
@@ -43,7 +44,22 @@ from .recording import (
 from .streaming import StreamProxy, StreamState, new_private_context, traced_async_generator, traced_generator
 from .usage import read_chunks, read_response
 
-F = TypeVar("F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+
+
+class Decorator(Protocol):
+    """What ``@ragtrace.retriever(name=...)`` (and the other decorators called with options)
+    returns: a decorator that keeps the decorated function's signature."""
+
+    @overload
+    def __call__(self, fn: classmethod[_T, _P, _R], /) -> classmethod[_T, _P, _R]: ...
+    @overload
+    def __call__(self, fn: staticmethod[_P, _R], /) -> staticmethod[_P, _R]: ...
+    @overload
+    def __call__(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+
 
 PIPELINE_SPAN_KEY = create_key("ragtrace.pipeline-span")
 
@@ -52,7 +68,17 @@ _SELF_NAMES = ("self", "cls")
 _QUERY_NAMES = ("query", "question", "user_input", "q", "input", "prompt", "query_str", "text")
 _MESSAGES_NAMES = ("messages",)
 _PROMPT_NAMES = ("prompt", "query", "question", "user_input", "input", "text")
-_CONTEXT_NAMES = ("contexts", "context", "documents", "docs", "passages", "chunks", "retrieved_contexts", "sources", "nodes")
+_CONTEXT_NAMES = (
+    "contexts",
+    "context",
+    "documents",
+    "docs",
+    "passages",
+    "chunks",
+    "retrieved_contexts",
+    "sources",
+    "nodes",
+)
 _RERANK_DOC_NAMES = ("documents", "docs", "nodes", "contexts", "passages", "candidates", "chunks")
 _TOPK_NAMES = ("top_k", "top_n", "k", "n")
 _PLAIN_TYPES = frozenset({str, bytes, dict, list, tuple, int, float, bool, type(None), set, frozenset})
@@ -61,7 +87,7 @@ _PLAIN_TYPES = frozenset({str, bytes, dict, list, tuple, int, float, bool, type(
 class _ArgRef:
     """Where one parameter sits: read it from kwargs by name or args by position."""
 
-    __slots__ = ("name", "i_unbound", "i_bound", "default")
+    __slots__ = ("default", "i_bound", "i_unbound", "name")
 
     def __init__(self, name: str, index: int | None, self_like: bool, default: Any = None) -> None:
         self.name = name
@@ -87,8 +113,9 @@ def _params(fn: Any) -> list[inspect.Parameter]:
         return []
 
 
-def _find(params: list[inspect.Parameter], names: tuple[str, ...] | str | int | None,
-          fallback_first: bool, self_like: bool) -> _ArgRef | None:
+def _find(
+    params: list[inspect.Parameter], names: tuple[str, ...] | str | int | None, fallback_first: bool, self_like: bool
+) -> _ArgRef | None:
     """Locate a parameter by explicit name/index, else by conventional names, else (optionally) the first one."""
     positional_ok = True
     index_of: dict[str, int | None] = {}
@@ -137,14 +164,27 @@ def _provider_from_model(model: str | None) -> str | None:
 class _Spec:
     """Everything about one decorated function that does not change between calls."""
 
-    def __init__(self, fn: Any, role: str, *, name: str | None = None, query_arg: Any = None,
-                 capture_content: bool | None = None, model: str | None = None, provider: str | None = None,
-                 contexts_arg: Any = None, messages_arg: Any = None, documents_arg: Any = None,
-                 data_source: str | None = None, top_k: int | None = None, pipeline_name: str | None = None,
-                 operation: str | None = None) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        role: str,
+        *,
+        name: str | None = None,
+        query_arg: Any = None,
+        capture_content: bool | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        contexts_arg: Any = None,
+        messages_arg: Any = None,
+        documents_arg: Any = None,
+        data_source: str | None = None,
+        top_k: int | None = None,
+        pipeline_name: str | None = None,
+        operation: str | None = None,
+    ) -> None:
         target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
         self.role = role
-        qual = getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")
+        qual = getattr(target, "__qualname__", "") or getattr(target, "__name__", "call")
         if "<locals>" in qual:  # a function defined inside another: its own name reads better
             qual = qual.rsplit("<locals>.", 1)[-1]
         self.name = name or qual
@@ -153,8 +193,12 @@ class _Spec:
         self.provider = provider or _provider_from_model(model)
         params = _params(target)
         self_like = bool(params) and params[0].name in _SELF_NAMES and not isinstance(fn, staticmethod)
-        self.query = _find(params, query_arg if query_arg is not None else _QUERY_NAMES,
-                           fallback_first=role != A.ROLE_GENERATOR, self_like=self_like)
+        self.query = _find(
+            params,
+            query_arg if query_arg is not None else _QUERY_NAMES,
+            fallback_first=role != A.ROLE_GENERATOR,
+            self_like=self_like,
+        )
         self.messages = self.contexts = self.documents = self.model_ref = self.top_k_ref = None
         static: dict[str, Any] = {A.RAGTRACE_SPAN_ROLE: role}
         self.kind = SpanKind.INTERNAL
@@ -173,8 +217,12 @@ class _Spec:
                 static[A.RERANKER_MODEL_NAME] = model
             if top_k is not None:
                 static[A.RERANKER_TOP_K] = top_k
-            self.documents = _find(params, documents_arg if documents_arg is not None else _RERANK_DOC_NAMES,
-                                   fallback_first=False, self_like=self_like)
+            self.documents = _find(
+                params,
+                documents_arg if documents_arg is not None else _RERANK_DOC_NAMES,
+                fallback_first=False,
+                self_like=self_like,
+            )
             self.top_k_ref = None if top_k is not None else _find(params, _TOPK_NAMES, False, self_like)
         elif role == A.ROLE_GENERATOR:
             self.kind = SpanKind.CLIENT
@@ -188,11 +236,13 @@ class _Spec:
             if self.provider:
                 static[A.GEN_AI_PROVIDER_NAME] = self.provider
                 static[A.LLM_PROVIDER] = self.provider
-            self.messages = _find(params, messages_arg if messages_arg is not None else _MESSAGES_NAMES,
-                                  False, self_like)
+            self.messages = _find(
+                params, messages_arg if messages_arg is not None else _MESSAGES_NAMES, False, self_like
+            )
             self.query = _find(params, query_arg if query_arg is not None else _PROMPT_NAMES, False, self_like)
-            self.contexts = _find(params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES,
-                                  False, self_like)
+            self.contexts = _find(
+                params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES, False, self_like
+            )
         self.static = {k: _clean_static(v) for k, v in static.items()}
         self.is_pipeline = role == A.ROLE_PIPELINE
         self.self_like = self_like
@@ -243,8 +293,9 @@ class _Spec:
                 if _int64(k):
                     attrs[A.RERANKER_TOP_K] = k
 
-    def _generator_input(self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict,
-                         q: Any, capture: bool, s: Any) -> None:
+    def _generator_input(
+        self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict, q: Any, capture: bool, s: Any
+    ) -> None:
         attrs = w.attrs
         if self.model is None:
             m = self.model_ref.get(bound, args, kwargs) if self.model_ref is not None else None
@@ -305,7 +356,7 @@ class _Spec:
                 set_span_attributes(span, self.stream_output_attributes(state, error is not None))
         except Exception as exc:  # hostile chunks: keep what was collected, still record the app's error
             safety.report("stream.output", exc)
-            w = state.writer  # type: ignore[attr-defined]
+            w = cast(_TracedStreamState, state).writer
             try:
                 w.attrs.update(state.stream_attributes(None, error is not None))
             except Exception:
@@ -317,7 +368,7 @@ class _Spec:
 
     def stream_output_attributes(self, state: StreamState, failed: bool = False) -> dict:
         s = SETTINGS
-        w: AttrWriter = state.writer  # type: ignore[attr-defined]
+        w = cast(_TracedStreamState, state).writer
         capture = w.capture
         role = self.role
         out_tokens = None
@@ -341,6 +392,7 @@ class _Spec:
 
 class _TracedStreamState(StreamState):
     __slots__ = ("writer",)
+    writer: AttrWriter
 
 
 def _redacted(redact: Any, text: str) -> str:
@@ -423,9 +475,9 @@ def _wrap_stream(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, result: Any, t
         weakref.finalize(g, state.finish_abandoned)
         return g
     if isinstance(result, types.AsyncGeneratorType):
-        g = traced_async_generator(result, state)
-        weakref.finalize(g, state.finish_abandoned)
-        return g
+        ag = traced_async_generator(result, state)
+        weakref.finalize(ag, state.finish_abandoned)
+        return ag
     return StreamProxy(result, state)
 
 
@@ -524,8 +576,12 @@ def _kind_of(fn: Any) -> str:
     return "sync"
 
 
-_FACTORIES = {"sync": _sync_factory, "async": _async_factory, "generator": _generator_factory,
-              "asyncgen": _asyncgen_factory}
+_FACTORIES = {
+    "sync": _sync_factory,
+    "async": _async_factory,
+    "generator": _generator_factory,
+    "asyncgen": _asyncgen_factory,
+}
 
 
 def _decorate(fn: Any, role: str, options: dict[str, Any]) -> Any:
@@ -548,8 +604,41 @@ def _make_decorator(role: str, fn: Any, options: dict[str, Any]) -> Any:
     return _decorate(fn, role, options)
 
 
-def pipeline(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
-             capture_content: bool | None = None) -> Any:
+@overload
+def pipeline(
+    fn: classmethod[_T, _P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+) -> classmethod[_T, _P, _R]: ...
+@overload
+def pipeline(
+    fn: staticmethod[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+) -> staticmethod[_P, _R]: ...
+@overload
+def pipeline(
+    fn: Callable[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+) -> Callable[_P, _R]: ...
+@overload
+def pipeline(
+    fn: str | None = None,
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+) -> Decorator: ...
+def pipeline(
+    fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None, capture_content: bool | None = None
+) -> Any:
     """Trace one request end to end: the root span (``ragtrace.span.role=pipeline``,
     OpenInference CHAIN) with the query as ``input.value`` and the answer as ``output.value``.
 
@@ -557,35 +646,202 @@ def pipeline(fn: Any = None, *, name: str | None = None, query_arg: str | int | 
     qualified name). ``query_arg`` names (or indexes) the query parameter; by default the
     first of query/question/user_input/q/input/prompt, else the first parameter.
     """
-    return _make_decorator(A.ROLE_PIPELINE, fn, dict(name=name, query_arg=query_arg, capture_content=capture_content,
-                                                     pipeline_name=name))
+    return _make_decorator(
+        A.ROLE_PIPELINE, fn, dict(name=name, query_arg=query_arg, capture_content=capture_content, pipeline_name=name)
+    )
 
 
-def retriever(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
-              capture_content: bool | None = None, data_source: str | None = None) -> Any:
+@overload
+def retriever(
+    fn: classmethod[_T, _P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    data_source: str | None = None,
+) -> classmethod[_T, _P, _R]: ...
+@overload
+def retriever(
+    fn: staticmethod[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    data_source: str | None = None,
+) -> staticmethod[_P, _R]: ...
+@overload
+def retriever(
+    fn: Callable[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    data_source: str | None = None,
+) -> Callable[_P, _R]: ...
+@overload
+def retriever(
+    fn: str | None = None,
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    data_source: str | None = None,
+) -> Decorator: ...
+def retriever(
+    fn: Any = None,
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    data_source: str | None = None,
+) -> Any:
     """Trace a retrieval: query in, documents out (in rank order, with id, content, score, metadata).
 
     The return value may be any document shape :mod:`ragtrace.documents` reads, or a
     container with a ``documents``/``nodes``/... list; a generator of documents works too.
     ``data_source`` sets ``gen_ai.data_source.id``.
     """
-    return _make_decorator(A.ROLE_RETRIEVER, fn, dict(name=name, query_arg=query_arg,
-                                                      capture_content=capture_content, data_source=data_source))
+    return _make_decorator(
+        A.ROLE_RETRIEVER,
+        fn,
+        dict(name=name, query_arg=query_arg, capture_content=capture_content, data_source=data_source),
+    )
 
 
-def reranker(fn: Any = None, *, name: str | None = None, query_arg: str | int | None = None,
-             documents_arg: str | int | None = None, model: str | None = None, top_k: int | None = None,
-             capture_content: bool | None = None) -> Any:
+@overload
+def reranker(
+    fn: classmethod[_T, _P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    documents_arg: str | int | None = None,
+    model: str | None = None,
+    top_k: int | None = None,
+    capture_content: bool | None = None,
+) -> classmethod[_T, _P, _R]: ...
+@overload
+def reranker(
+    fn: staticmethod[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    documents_arg: str | int | None = None,
+    model: str | None = None,
+    top_k: int | None = None,
+    capture_content: bool | None = None,
+) -> staticmethod[_P, _R]: ...
+@overload
+def reranker(
+    fn: Callable[_P, _R],
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    documents_arg: str | int | None = None,
+    model: str | None = None,
+    top_k: int | None = None,
+    capture_content: bool | None = None,
+) -> Callable[_P, _R]: ...
+@overload
+def reranker(
+    fn: str | None = None,
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    documents_arg: str | int | None = None,
+    model: str | None = None,
+    top_k: int | None = None,
+    capture_content: bool | None = None,
+) -> Decorator: ...
+def reranker(
+    fn: Any = None,
+    *,
+    name: str | None = None,
+    query_arg: str | int | None = None,
+    documents_arg: str | int | None = None,
+    model: str | None = None,
+    top_k: int | None = None,
+    capture_content: bool | None = None,
+) -> Any:
     """Trace a reranking step: ``reranker.input_documents`` from the documents argument,
     ``reranker.output_documents`` from the result, ``reranker.query``/``top_k``/``model_name``."""
-    return _make_decorator(A.ROLE_RERANKER, fn, dict(name=name, query_arg=query_arg, documents_arg=documents_arg,
-                                                     model=model, top_k=top_k, capture_content=capture_content))
+    return _make_decorator(
+        A.ROLE_RERANKER,
+        fn,
+        dict(
+            name=name,
+            query_arg=query_arg,
+            documents_arg=documents_arg,
+            model=model,
+            top_k=top_k,
+            capture_content=capture_content,
+        ),
+    )
 
 
-def generator(fn: Any = None, *, name: str | None = None, model: str | None = None, provider: str | None = None,
-              query_arg: str | int | None = None, messages_arg: str | int | None = None,
-              contexts_arg: str | int | None = None, capture_content: bool | None = None,
-              operation: str | None = None) -> Any:
+@overload
+def generator(
+    fn: classmethod[_T, _P, _R],
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    query_arg: str | int | None = None,
+    messages_arg: str | int | None = None,
+    contexts_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    operation: str | None = None,
+) -> classmethod[_T, _P, _R]: ...
+@overload
+def generator(
+    fn: staticmethod[_P, _R],
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    query_arg: str | int | None = None,
+    messages_arg: str | int | None = None,
+    contexts_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    operation: str | None = None,
+) -> staticmethod[_P, _R]: ...
+@overload
+def generator(
+    fn: Callable[_P, _R],
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    query_arg: str | int | None = None,
+    messages_arg: str | int | None = None,
+    contexts_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    operation: str | None = None,
+) -> Callable[_P, _R]: ...
+@overload
+def generator(
+    fn: str | None = None,
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    query_arg: str | int | None = None,
+    messages_arg: str | int | None = None,
+    contexts_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    operation: str | None = None,
+) -> Decorator: ...
+def generator(
+    fn: Any = None,
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    query_arg: str | int | None = None,
+    messages_arg: str | int | None = None,
+    contexts_arg: str | int | None = None,
+    capture_content: bool | None = None,
+    operation: str | None = None,
+) -> Any:
     """Trace answer generation (OpenInference LLM, GenAI ``chat``).
 
     Records the model (``model=`` or a ``model`` argument or ``self.model``), the prompt
@@ -595,14 +851,31 @@ def generator(fn: Any = None, *, name: str | None = None, model: str | None = No
     usage, finish reason. A function that yields, or returns a stream, is timed as a stream
     (see :mod:`ragtrace.streaming` for TTFT/TPOT).
     """
-    return _make_decorator(A.ROLE_GENERATOR, fn, dict(name=name, model=model, provider=provider, query_arg=query_arg,
-                                                      messages_arg=messages_arg, contexts_arg=contexts_arg,
-                                                      capture_content=capture_content, operation=operation))
+    return _make_decorator(
+        A.ROLE_GENERATOR,
+        fn,
+        dict(
+            name=name,
+            model=model,
+            provider=provider,
+            query_arg=query_arg,
+            messages_arg=messages_arg,
+            contexts_arg=contexts_arg,
+            capture_content=capture_content,
+            operation=operation,
+        ),
+    )
 
 
-def annotate(*, reference: str | None = None, session_id: str | None = None, user_id: str | None = None,
-             tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-             sample: bool | None = None) -> bool:
+def annotate(
+    *,
+    reference: str | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    tags: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    sample: bool | None = None,
+) -> bool:
     """Attach request-level facts to the current pipeline (root) span.
 
     ``reference`` (a reference answer, e.g. for golden-set canaries) → ``ragtrace.reference``
@@ -613,7 +886,7 @@ def annotate(*, reference: str | None = None, session_id: str | None = None, use
     Returns whether anything was recorded. Never raises.
     """
     try:
-        span = get_value(PIPELINE_SPAN_KEY)
+        span = cast("Span | None", get_value(PIPELINE_SPAN_KEY))
         if span is None:
             span = trace.get_current_span()
         if not span.is_recording():
@@ -644,7 +917,7 @@ def annotate(*, reference: str | None = None, session_id: str | None = None, use
 def current_trace_id() -> str | None:
     """The current trace id as 32 hex digits (None outside a recording span)."""
     try:
-        span = get_value(PIPELINE_SPAN_KEY) or trace.get_current_span()
+        span = cast("Span | None", get_value(PIPELINE_SPAN_KEY)) or trace.get_current_span()
         sc = span.get_span_context()
         return format(sc.trace_id, "032x") if sc.is_valid else None
     except Exception as exc:

@@ -27,8 +27,9 @@ from __future__ import annotations
 import contextvars
 import time
 import weakref
+from collections.abc import AsyncGenerator, Callable, Generator
 from time import perf_counter
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 import wrapt
 from opentelemetry.context import attach, detach
@@ -45,12 +46,26 @@ class StreamState:
     """
 
     __slots__ = (
-        "span", "on_finish", "t_start", "start_ns", "t_first", "t_last", "chunks",
-        "abandoned", "ended", "otel_ctx", "__weakref__",
+        "__weakref__",
+        "abandoned",
+        "chunks",
+        "ended",
+        "on_finish",
+        "otel_ctx",
+        "span",
+        "start_ns",
+        "t_first",
+        "t_last",
+        "t_start",
     )
 
-    def __init__(self, span: Any, on_finish: Callable[["StreamState", BaseException | None], None], otel_ctx: Any,
-                 t_start: float | None = None) -> None:
+    def __init__(
+        self,
+        span: Any,
+        on_finish: Callable[[StreamState, BaseException | None], None],
+        otel_ctx: Any,
+        t_start: float | None = None,
+    ) -> None:
         self.span = span
         self.on_finish = on_finish
         self.t_start = perf_counter() if t_start is None else t_start
@@ -109,7 +124,9 @@ class StreamState:
         return attrs
 
 
-def traced_generator(gen: Iterator, state: StreamState, run: Callable[..., Any]) -> Iterator:
+def traced_generator(
+    gen: Generator[Any, Any, Any], state: StreamState, run: Callable[..., Any]
+) -> Generator[Any, Any, Any]:
     """Re-yield ``gen``'s items, running each step via ``run`` (a ``Context.run``).
 
     Forwards ``send``/``throw``/``close`` and the generator's return value. Per chunk it
@@ -160,7 +177,7 @@ def traced_generator(gen: Iterator, state: StreamState, run: Callable[..., Any])
         state.finish(error)
 
 
-async def traced_async_generator(agen: AsyncIterator, state: StreamState) -> AsyncIterator:
+async def traced_async_generator(agen: AsyncGenerator[Any, Any], state: StreamState) -> AsyncGenerator[Any, Any]:
     """Async counterpart of :func:`traced_generator`; the span is attached around each step."""
     ctx = state.otel_ctx
     app = state.chunks.append
@@ -176,9 +193,9 @@ async def traced_async_generator(agen: AsyncIterator, state: StreamState) -> Asy
                 if action == 0:
                     c = await agen.__anext__()
                 elif action == 1:
-                    c = await agen.asend(payload)  # type: ignore[attr-defined]
+                    c = await agen.asend(payload)
                 else:
-                    c = await agen.athrow(payload)  # type: ignore[attr-defined]
+                    c = await agen.athrow(payload)
             except StopAsyncIteration:
                 end = perf_counter()
                 return
@@ -233,7 +250,7 @@ class StreamProxy(wrapt.ObjectProxy):
         weakref.finalize(self, state.finish_abandoned)
 
     # --- sync iteration
-    def __iter__(self) -> "StreamProxy":
+    def __iter__(self) -> StreamProxy:
         return self
 
     def __next__(self) -> Any:
@@ -258,7 +275,7 @@ class StreamProxy(wrapt.ObjectProxy):
         return c
 
     # --- async iteration
-    def __aiter__(self) -> "StreamProxy":
+    def __aiter__(self) -> StreamProxy:
         return self
 
     async def __anext__(self) -> Any:
@@ -306,26 +323,26 @@ class StreamProxy(wrapt.ObjectProxy):
         finally:
             self._abandon()
 
-    def __enter__(self) -> "StreamProxy":
+    def __enter__(self) -> StreamProxy:
         enter = getattr(self.__wrapped__, "__enter__", None)
         if enter is not None:
             enter()
         return self
 
-    def __exit__(self, *exc: Any) -> Any:
+    def __exit__(self, *exc: object) -> Any:
         try:
             ex = getattr(self.__wrapped__, "__exit__", None)
             return ex(*exc) if ex is not None else None
         finally:
             self._abandon()
 
-    async def __aenter__(self) -> "StreamProxy":
+    async def __aenter__(self) -> StreamProxy:
         enter = getattr(self.__wrapped__, "__aenter__", None)
         if enter is not None:
             await enter()
         return self
 
-    async def __aexit__(self, *exc: Any) -> Any:
+    async def __aexit__(self, *exc: object) -> Any:
         try:
             ex = getattr(self.__wrapped__, "__aexit__", None)
             return (await ex(*exc)) if ex is not None else None

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from train_local_judge import HALUEVAL, RAGTRUTH, auroc, balanced_accuracy, load, split_of  # noqa: E402
 
-from collector.scoring.judges.local import LocalJudge  # noqa: E402
-from collector.scoring.judges.local import text as T  # noqa: E402
+from ragtrace_collector.scoring.judges.local import LocalJudge  # noqa: E402
+from ragtrace_collector.scoring.judges.local import text as T  # noqa: E402
 
 _FP32_SCRIPT = r"""
 import json, sys, torch
@@ -89,7 +89,7 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
 
 def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dict:
     """Cosine between int8 and fp32 embeddings of n sentences of the shared data, and rank agreement."""
-    from collector.scoring.embeddings import LocalEmbedder
+    from ragtrace_collector.scoring.embeddings import LocalEmbedder
 
     rows = load(data_dir, RAGTRUTH)
     texts: list[str] = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train the local judge's claim-support model and write ``collector/scoring/judges/local/params.json``.
+"""Train the local judge's claim-support model and write ``collector/ragtrace_collector/scoring/judges/local/params.json``.
 
 Labels: RAGTruth QA's hallucinated spans give claim-level labels (a claim overlapping a labelled
 span is unsupported); HaluEval QA gives response-level labels, used for single-claim answers only
@@ -29,9 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collector.scoring.judges.local import features as F  # noqa: E402
-from collector.scoring.judges.local import text as T  # noqa: E402
-from collector.scoring.judges.local.model import (  # noqa: E402
+from ragtrace_collector.scoring.judges.local import features as F  # noqa: E402
+from ragtrace_collector.scoring.judges.local import text as T  # noqa: E402
+from ragtrace_collector.scoring.judges.local.model import (  # noqa: E402
     PARAMS_PATH,
     LogisticModel,
     TreeEnsembleModel,
@@ -73,7 +73,7 @@ class EmbeddingTable:
     """Embeddings of every text the training needs, computed once and kept in an .npz cache."""
 
     def __init__(self, cache: Path | None) -> None:
-        from collector.scoring.embeddings import LocalEmbedder
+        from ragtrace_collector.scoring.embeddings import LocalEmbedder
 
         self.embedder = LocalEmbedder(cache_size=10)
         self.cache = cache
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
 
     files = [RAGTRUTH] + ([HALUEVAL] if args.with_halueval else [])
     params = {
-        "about": "Claim-support models of ragtrace's local judge (collector/scoring/judges/local).",
+        "about": "Claim-support models of ragtrace's local judge (collector/ragtrace_collector/scoring/judges/local).",
         "trained_with": _versions(args.model),
         "command": "python3 scripts/train_local_judge.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "data": {

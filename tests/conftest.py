@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import SHARED
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RAGTRACE_SHARED_DIR", REPO.parent / "shared"))
 
 
 @pytest.fixture

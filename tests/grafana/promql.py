@@ -39,8 +39,8 @@ def exported_metric_names() -> set[str]:
     """
     from prometheus_client import CollectorRegistry
 
-    from collector.export.eval_metrics import EvalMetrics, QueueCollector
-    from collector.export.ingest_metrics import IngestMetrics
+    from ragtrace_collector.exporter.prometheus import EvalMetrics, QueueCollector
+    from ragtrace_collector.telemetry.ingest import IngestMetrics
 
     registry = CollectorRegistry()
     IngestMetrics(registry)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from tests.grafana.promql import (
@@ -21,8 +19,9 @@ from tests.grafana.promql import (
     substitute,
     variable_queries,
 )
+from tests.support.binaries import find, needs
 
-PROMTOOL = shutil.which("promtool")
+PROMTOOL = find("promtool")
 
 
 def _generator():
@@ -100,7 +99,7 @@ def test_quality_dashboard_shows_sample_sizes_and_exemplars():
     assert any(p.get("repeat") == "metric" for p in d["panels"]), "quality rows must repeat per metric"
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+@needs("promtool", "prometheus")
 def test_every_query_parses(tmp_path):
     """promtool parses each query as a recording rule (Prometheus 2.42 has no parse API)."""
     queries = all_queries()
@@ -112,7 +111,7 @@ def test_every_query_parses(tmp_path):
     assert f"SUCCESS: {len(rules)} rules found" in result.stdout
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+@needs("promtool", "prometheus")
 def test_parse_check_catches_a_broken_query(tmp_path):
     path = tmp_path / "broken.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [

@@ -4,14 +4,14 @@ path exists, ports match the collector's defaults, Prometheus stores exemplars, 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from collector.config import CollectorConfig, load_config
+from ragtrace_collector.config import CollectorConfig, load_config
+from tests.support.binaries import require
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -89,13 +89,13 @@ def test_grafana_service_wired_to_provisioning(compose):
         assert var in env, f"datasource provisioning needs {var} in grafana's environment"
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_compose_prometheus_config_valid():
-    r = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True, text=True)
+    promtool = require("promtool", "prometheus")
+    r = subprocess.run([promtool, "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed (Debian package prometheus-alertmanager)")
 def test_alertmanager_config_valid():
-    r = subprocess.run(["amtool", "check-config", str(DEPLOY / "alertmanager.yml")], capture_output=True, text=True)
+    amtool = require("amtool", "prometheus-alertmanager")
+    r = subprocess.run([amtool, "check-config", str(DEPLOY / "alertmanager.yml")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

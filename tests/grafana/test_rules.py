@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.grafana.promql import GRAFANA, RULES, exported_metric_names, metric_names_in, recorded_names
+from tests.support.binaries import find, needs
 
-PROMTOOL = shutil.which("promtool")
+PROMTOOL = find("promtool")
 PROM_DIR = GRAFANA / "prometheus"
 RULE_TESTS = sorted((PROM_DIR / "tests").glob("*.test.yml"))
 
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+needs_promtool = needs("promtool", "prometheus")
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -130,7 +129,7 @@ def test_prometheus_config_is_valid():
 @needs_promtool
 def test_shortened_rule_windows_stay_valid(tmp_path):
     """The demo's and the integration test's rule windows come from the shipped file by substitution."""
-    from collector.demo import DEMO_WINDOWS, scaled_rules
+    from ragtrace_collector.cli.demo import DEMO_WINDOWS, scaled_rules
     from tests.integration.test_prometheus_dashboards import TEST_WINDOWS
 
     assert scaled_rules("[7d] [10m] [15m]", {"[7d]": "[10m]", "[10m]": "[2m]", "[15m]": "[7d]"}) == "[10m] [2m] [7d]"

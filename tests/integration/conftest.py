@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.binaries import require
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture(autouse=True)
+def _needs_redis_server(request: pytest.FixtureRequest) -> None:
+    """Tests in a module that starts its own ``RedisServer`` skip where redis-server is not installed."""
+    if getattr(request.module, "RedisServer", None) is RedisServer:
+        require("redis-server", "redis-server")
 
 
 @pytest.fixture(scope="module")
 def redis_server() -> RedisServer:
     """Debian's real redis-server on a free loopback port (AOF on), one per test module."""
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
+    require("redis-server", "redis-server")
     srv = RedisServer().start()
     yield srv
     srv.cleanup()

@@ -31,8 +31,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrace
-from collector.config import load_config
-from collector.export.results_store import ResultsStore
+from ragtrace_collector.config import load_config
+from ragtrace_collector.scoring.results_store import ResultsStore
 from tests.support.net import free_port
 from tests.support.otlp_sink import OtlpSink
 from tests.support.scripted_openai import Reply, ScriptedOpenAI
@@ -168,7 +168,7 @@ def stored_keys(path: Path) -> dict[str, int]:
 
 # --- 1. SDK → receivers (HTTP and gRPC) → embedded judge → /metrics with exemplars ---------------
 async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path):
-    from collector.app import CollectorApp
+    from ragtrace_collector.service.app import CollectorApp
 
     sink = OtlpSink()  # the downstream trace backend receiving the evaluation events
     sink_port = sink.start_http()
@@ -224,7 +224,7 @@ def _serve(config_path: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
     log = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "collector.cli", "serve", "--config", str(config_path)],
+    return subprocess.Popen([sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(config_path)],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -309,7 +309,7 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
             if second.poll() is None:
                 second.kill()
 
-        proc = subprocess.run([sys.executable, "-m", "collector.cli", "results", "--metric", "faithfulness",
+        proc = subprocess.run([sys.executable, "-m", "ragtrace_collector.cli", "results", "--metric", "faithfulness",
                                "--below", "0.5", "--config", str(config_path), "--json"],
                               cwd=REPO, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
@@ -320,7 +320,7 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
 
 # --- 3. a judge outage: records wait in the queue, then all are scored once ------------------------
 async def test_judge_outage_keeps_records_queued_then_scores_them(tmp_path):
-    from collector.app import CollectorApp
+    from ragtrace_collector.service.app import CollectorApp
 
     with ScriptedOpenAI(responder=faithfulness_responder) as judge_server:
         judge_server.push(*[Reply(status=503) for _ in range(8)])

@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import ragtrace
-from collector.app import CollectorApp
-from collector.config import load_config
-from collector.queue import open_queue
-from tests.collector import span_fixtures as F
+from ragtrace_collector.service.app import CollectorApp
+from ragtrace_collector.config import load_config
+from ragtrace_collector.queue import open_queue
+from tests.support import span_fixtures as F
 from tests.support.net import free_port, wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -191,8 +191,8 @@ async def test_sampling_rate_and_weights_reach_the_queue(collector):
     ids = await asyncio.to_thread(many)
     provider.shutdown()
     await asyncio.sleep(0.5)
-    await app.process_completed(everything=True)
-    from collector.sampling import in_rate_sample
+    await app.sweeper.run_once(everything=True)
+    from ragtrace_collector.processor.sampling.sampler import in_rate_sample
 
     expected = {t for t in ids if in_rate_sample(t, 0.3)}
     records = queued(app)
@@ -251,7 +251,7 @@ def test_serve_process_flushes_on_sigterm(tmp_path):
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     env = {**os.environ, "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "30", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "serve", "--role", "receiver", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--role", "receiver", "--data-dir", str(tmp_path),
          "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import time
 import urllib.parse
 import urllib.request
@@ -25,17 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from collector.demo import ChildProcess, CollectorProcess, PrometheusProcess, Traffic, http_get, wait_until
+from ragtrace_collector.cli.demo import ChildProcess, CollectorProcess, PrometheusProcess, Traffic, http_get, wait_until
 from tests.grafana.promql import load_dashboards, panel_queries, substitute
 from tests.grafana.render_panels import render_dashboard
+from tests.support.binaries import find, require
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "test-output"
-PROMETHEUS = shutil.which("prometheus")
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 # Shipped windows -> test windows (one-pass substitution of the shipped rule file).
 TEST_WINDOWS = {
@@ -60,10 +58,10 @@ RENDERED_METRICS = ("faithfulness", "hallucination", "answer_relevancy")
 
 
 class Alertmanager(ChildProcess):
-    def __init__(self, workdir: Path, port: int) -> None:
+    def __init__(self, binary: str, workdir: Path, port: int) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port
-        argv = [ALERTMANAGER, f"--config.file={REPO / 'deploy' / 'alertmanager.yml'}",
+        argv = [binary, f"--config.file={REPO / 'deploy' / 'alertmanager.yml'}",
                 f"--storage.path={workdir}", f"--web.listen-address=127.0.0.1:{port}",
                 "--cluster.listen-address=", "--log.level=warn"]
         super().__init__("alertmanager", argv, workdir / "alertmanager.log")
@@ -86,8 +84,8 @@ def query_range(prom: PrometheusProcess, expr: str, start: float, end: float, st
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    if PROMETHEUS is None:
-        pytest.skip("prometheus not installed (Debian package prometheus)")
+    prometheus = require("prometheus", "prometheus")
+    alertmanager = find("prometheus-alertmanager", "alertmanager")  # optional: only its own test skips
     work = tmp_path_factory.mktemp("prom-dashboards")
     children: list[ChildProcess] = []
     handle = None
@@ -98,13 +96,13 @@ def scenario(tmp_path_factory):
                                      metrics_port=free_port(), sampling_rate=0.6)
         children.append(collector)
         am = None
-        if ALERTMANAGER is not None:
-            am = Alertmanager(work / "alertmanager", free_port())
+        if alertmanager is not None:
+            am = Alertmanager(alertmanager, work / "alertmanager", free_port())
             children.append(am)
         prom = PrometheusProcess(work / "prometheus", port=free_port(),
                                  metrics_target=f"127.0.0.1:{collector.metrics_port}", rule_mapping=TEST_WINDOWS,
                                  scrape_interval="1s", evaluation_interval="1s",
-                                 alertmanager=f"127.0.0.1:{am.port}" if am else None, binary=PROMETHEUS)
+                                 alertmanager=f"127.0.0.1:{am.port}" if am else None, binary=prometheus)
         children.append(prom)
         collector.wait_ready()
         prom.wait_ready()
@@ -223,7 +221,7 @@ def test_faithfulness_alert_fires_in_prometheus(scenario):
 
 def test_faithfulness_alert_reaches_alertmanager(scenario):
     if scenario["alertmanager"] is None:
-        pytest.skip("prometheus-alertmanager not installed (apt-get install -y prometheus-alertmanager)")
+        require("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
     alert = scenario["am_alert"]
     assert alert is not None, "RagFaithfulnessLow never reached Alertmanager"
     assert alert["labels"]["pipeline"] == "elements-qa"

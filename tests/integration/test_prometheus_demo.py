@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.binaries import find
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +40,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
-    argv = [sys.executable, "-m", "collector.cli", "demo", "--rate", "4", "--degrade-after", "10",
+    argv = [sys.executable, "-m", "ragtrace_collector.cli", "demo", "--rate", "4", "--degrade-after", "10",
             "--data-dir", str(tmp_path / "demo")]
-    if shutil.which("prometheus") is None:
+    prometheus = find("prometheus")  # without it the demo runs with --no-prometheus (as a user without it would)
+    if prometheus is None:
         argv.append("--no-prometheus")
     proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
@@ -81,7 +83,7 @@ def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
     stopped = re.findall(r"stopped (\w+) \(pid (\d+), exit (-?\d+)\)", out)
     names = {name for name, _, _ in stopped}
     assert "collector" in names, out
-    if shutil.which("prometheus"):
+    if prometheus:
         assert "prometheus" in names and re.search(r"Prometheus: http://127\.0\.0\.1:\d+", out), out
     for name, pid, code in stopped:
         assert code == "0", f"{name} exited {code}"
@@ -91,7 +93,7 @@ def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
 
 
 def test_demo_stops_cleanly_while_starting(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "collector.cli", "demo", "--no-prometheus",
+    proc = subprocess.Popen([sys.executable, "-m", "ragtrace_collector.cli", "demo", "--no-prometheus",
                              "--data-dir", str(tmp_path / "demo")],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)

@@ -9,10 +9,11 @@ import uuid
 import pytest
 import redis
 
-from collector.budget import RedisBudget, open_budget
-from collector.config import BudgetConfig, SamplingConfig
-from collector.record import RagRecord
-from collector.sampling import BUDGET_RECORDS, BUDGET_TOKENS, Sampler, budget_from_config
+from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
+from ragtrace_collector.config import BudgetConfig, SamplingConfig
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.processor.sampling.budget import BUDGET_RECORDS, BUDGET_TOKENS
+from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -79,9 +80,9 @@ def test_unlimited_budget_admits_without_redis_calls(redis_server):
 def test_redis_down_falls_back_to_a_local_share(tmp_path):
     srv = RedisServer(data_dir=tmp_path).start()
     try:
-        b = open_budget(f"{srv.url}?prefix=x&receivers=2", BudgetConfig(records_per_minute=10))
+        b = RedisBudget.from_config(f"{srv.url}?prefix=x&receivers=2", BudgetConfig(records_per_minute=10))
         assert b.fallback.records_per_minute == 5
-        b._retry_interval = 0.1
+        b._breaker.retry_interval = 0.1
         assert b.acquire() is None
         srv.stop()
         t0 = time.monotonic()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from collector import serve
-from collector.budget import RedisBudget
-from collector.config import load_config
-from collector.sampling import budget_from_config
+from ragtrace_collector.cli import serve
+from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
+from ragtrace_collector.config import load_config
+from ragtrace_collector.processor.sampling.sampler import budget_from_config
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "docker-compose.scale-out.yml"
 
@@ -44,14 +44,11 @@ def test_compose_services_resolve_to_receivers_and_workers_on_one_redis():
 
 
 def test_inline_prometheus_config_passes_promtool(tmp_path):
-    import shutil
     import subprocess
 
-    import pytest
+    from tests.support.binaries import require
 
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed")
+    promtool = require("promtool", "prometheus")
     content = yaml.safe_load(COMPOSE.read_text())["configs"]["prometheus-scale-out"]["content"]
     rules = COMPOSE.parents[1] / "grafana" / "prometheus" / "rules"
     content = content.replace("/etc/prometheus/rules", str(rules))

@@ -9,9 +9,9 @@ import uuid
 import pytest
 import redis
 
-from collector.queue import open_queue
-from collector.queue.redis import RedisStreamQueue, ScoredMarks
-from collector.record import RagRecord
+from ragtrace_collector.queue import open_queue
+from ragtrace_collector.queue.redis import RedisStreamQueue, ScoredMarks
+from ragtrace_collector.model.record import RagRecord
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -196,7 +196,7 @@ def test_close_with_redis_still_down_reports_what_the_buffer_loses(tmp_path, pre
         q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=5, retry_interval=0.1)
         srv.stop()
         assert q.put(rec(1)) and q.put(rec(2)) and q.buffered == 2
-        with caplog.at_level("ERROR", logger="collector.queue.redis"):
+        with caplog.at_level("ERROR", logger="ragtrace_collector.queue.redis"):
             q.close()
         assert q.shed == 2 and q.dropped == 2
         assert "2 locally buffered record(s) not delivered" in caplog.text

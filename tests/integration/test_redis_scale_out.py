@@ -32,8 +32,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from ragtrace import attributes as A
+from tests.support.binaries import require
 from tests.support.net import free_port
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, faithfulness_reply
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ class Proc:
         env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "collector.cli", "serve", "--config", str(self.path), "--log-level", "WARNING"],
+                [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(self.path), "--log-level", "WARNING"],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         return self
@@ -178,8 +179,7 @@ def wait_until(cond, timeout: float, what: str, interval: float = 0.2):
 
 
 def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip("redis-server not installed")
+    require("redis-server", "redis-server")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     (tmp_path / "redis").mkdir()

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from collector.assembly import Assembler
-from collector.receiver.spans import DecodedRequest, SpanData
-from collector.shared_state import RedisAssemblyState, open_assembly_state
+from ragtrace_collector.processor.assembly.assembler import Assembler
+from ragtrace_collector.model.spans import DecodedRequest, SpanData
+from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_assembler_over_shared_state_builds_one_record(redis_server):
 
     prefix = uuid.uuid4().hex[:8]
     url = f"{redis_server.url}?prefix={prefix}"
-    asm_a, asm_b = Assembler(open_assembly_state(url, Cfg)), Assembler(open_assembly_state(url, Cfg))
+    asm_a, asm_b = Assembler(RedisAssemblyState.from_config(url, Cfg)), Assembler(RedisAssemblyState.from_config(url, Cfg))
     t = tid(42)
     ra, rb = DecodedRequest(), DecodedRequest()
     ra.traces[t] = [span(t, "00000000000000a1", "00000000000000b1", "retrieve")]

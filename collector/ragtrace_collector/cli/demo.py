@@ -1,0 +1,601 @@
+"""``ragtrace-collector demo``: the main job, on a fresh machine, in one command.
+
+Starts the collector (a ``ragtrace-collector serve`` child process, embedded judge), drives the example
+RAG pipeline (``ragtrace_collector.examples.rag_app``) at a steady rate through the ragtrace SDK over OTLP, and shows
+what happens live: requests, their latency, the scores the judge gives them, and the ``/metrics`` URL.
+Where the ``prometheus`` binary is installed it also starts a Prometheus scraping the collector with
+the shipped rules (``grafana/prometheus/rules``, package data ``ragtrace_collector.examples.prometheus``), their windows shortened so alerts can fire within
+minutes, and shows the alerts. ``--degrade-after`` switches the example's faults on mid-run (the best
+passage dropped, an unsupported claim appended), and faithfulness drops.
+
+Children are started in their own sessions and stopped by PID on exit, Ctrl-C or SIGTERM. Without a
+terminal (CI) the live view becomes a status line every few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from importlib import resources
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# The shipped alert rules (grafana/prometheus/rules in the repository), as package data.
+RULES_PACKAGE = "ragtrace_collector.examples.prometheus"
+SERVICE_NAME = "rag-demo"
+SHOWN_METRICS = ("faithfulness", "hallucination", "answer_relevancy", "context_precision")
+
+# Shipped rule windows -> demo windows, so a drop shows up as an alert within a few minutes.
+DEMO_WINDOWS = {
+    "[1h]": "[1m]",
+    "offset 1h": "offset 1m",
+    "[7d]": "[10m]",
+    "[15m]": "[2m]",
+    "[10m]": "[2m]",
+    "for: 15m": "for: 15s",
+    "for: 10m": "for: 15s",
+    "for: 5m": "for: 15s",
+    "interval: 1m": "interval: 5s",
+    ">= 100": ">= 40",
+}
+
+
+# --- arguments ------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds to run (default: until Ctrl-C)")
+    parser.add_argument("--rate", type=float, default=2.0, help="example requests per second (default 2)")
+    parser.add_argument("--degrade-after", type=float, default=None, metavar="SECONDS",
+                        help="switch the example's faults on after SECONDS: faithfulness drops")
+    parser.add_argument("--degrade", action="store_true",
+                        help="same as --degrade-after 60 (unless --degrade-after is given)")
+    parser.add_argument("--no-prometheus", action="store_true", help="do not start a Prometheus")
+    parser.add_argument("--sampling-rate", type=float, default=1.0,
+                        help="fraction of records scored (default 1)")
+    parser.add_argument("--judge", default="local",
+                        help="judge: 'local' (embedded, offline; default) or a litellm model name")
+    parser.add_argument("--protocol", choices=["http/protobuf", "grpc"], default="http/protobuf",
+                        help="OTLP protocol the example uses (default http/protobuf)")
+    parser.add_argument("--data-dir", default=None,
+                        help="collector data directory (default: a temporary one, removed on exit)")
+    parser.add_argument("--prometheus-port", type=int, default=9090,
+                        help="Prometheus port (default 9090, or a free one if taken)")
+
+
+# --- ports and processes ---------------------------------------------------------------------------
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def pick_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
+    """``preferred`` when it is free, else any free port."""
+    if preferred and port_is_free(preferred, host):
+        return preferred
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 3.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URLs we built
+        return resp.read()
+
+
+class Stopped(Exception):
+    """The user stopped the demo (Ctrl-C, SIGTERM) while it was still starting."""
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen | None = None,
+               log_path: Path | None = None, abort: Callable[[], bool] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if abort is not None and abort():
+            raise Stopped(what)
+        if proc is not None and proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
+            raise RuntimeError(f"{what} exited with code {proc.returncode}:\n{tail}")
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+class ChildProcess:
+    """A child in its own session (a terminal's Ctrl-C reaches only us), stopped by PID."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait ``timeout`` seconds, then SIGKILL. Returns the exit code."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+
+class CollectorProcess(ChildProcess):
+    """``ragtrace-collector serve`` on loopback with its data in ``data_dir``."""
+
+    def __init__(self, data_dir: Path, *, http_port: int, grpc_port: int, metrics_port: int,
+                 sampling_rate: float = 1.0, judge: str = "local", extra_env: dict[str, str] | None = None) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(extra_env or {})}
+        argv = [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--host", "127.0.0.1",
+                "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+                "--data-dir", str(data_dir), "--judge", judge, "--sampling-rate", str(sampling_rate)]
+        super().__init__("collector", argv, data_dir / "collector.log", env)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def otlp_http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def otlp_grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.grpc_port}"
+
+    @property
+    def results_path(self) -> Path:
+        return self.data_dir / "results.sqlite"
+
+    def wait_ready(self, timeout: float = 90.0, abort: Callable[[], bool] | None = None) -> None:
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        wait_until(lambda: http_get(url) == b"ready\n", timeout, "collector", self.proc, self.log_path, abort)
+
+
+def scaled_rules(text: str, mapping: dict[str, str]) -> str:
+    """The rule file with windows, durations and counts replaced in one pass (no chained replacements)."""
+    keys = sorted(mapping, key=len, reverse=True)
+    pattern = re.compile("|".join(re.escape(k) for k in keys))
+    return pattern.sub(lambda m: mapping[m.group(0)], text)
+
+
+class PrometheusProcess(ChildProcess):
+    """Debian's ``prometheus`` scraping one collector, with the shipped rules (windows mapped)."""
+
+    def __init__(self, workdir: Path, *, port: int, metrics_target: str, rule_mapping: dict[str, str],
+                 scrape_interval: str = "2s", evaluation_interval: str = "2s",
+                 alertmanager: str | None = None, binary: str | None = None) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port
+        rules_dir = workdir / "rules"
+        rules_dir.mkdir(exist_ok=True)
+        for path in sorted(resources.files(RULES_PACKAGE).iterdir(), key=lambda p: p.name):
+            if path.name.endswith(".yml"):
+                (rules_dir / path.name).write_text(scaled_rules(path.read_text(encoding="utf-8"), rule_mapping))
+        alerting = (f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n"
+                    if alertmanager else "")
+        (workdir / "prometheus.yml").write_text(
+            f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {evaluation_interval}\n"
+            f"rule_files:\n  - rules/*.yml\n{alerting}"
+            f"scrape_configs:\n  - job_name: ragtrace-collector\n    static_configs:\n"
+            f"      - targets: ['{metrics_target}']\n"
+        )
+        argv = [binary or shutil.which("prometheus") or "prometheus",
+                f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage",
+                "--storage.tsdb.retention.time=1d", "--log.level=warn"]
+        super().__init__("prometheus", argv, workdir / "prometheus.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 30.0, abort: Callable[[], bool] | None = None) -> None:
+        wait_until(lambda: b"Ready" in http_get(self.url + "/-/ready"), timeout, "prometheus", self.proc,
+                   self.log_path, abort)
+
+    def api(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode(params)
+        body = json.loads(http_get(f"{self.url}/api/v1/{path}?{query}", timeout=10))
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus {path}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.api("query", query=expr)["result"]
+
+    def alerts(self) -> list[dict]:
+        return self.api("alerts")["alerts"]
+
+
+# --- traffic ----------------------------------------------------------------------------------------
+@dataclass
+class Request:
+    """One example request and, once scored, its scores."""
+
+    started: float
+    question: str
+    seconds: float
+    trace_id: str | None
+    degraded: bool
+    error: str | None = None
+    scores: dict[str, float | None] = field(default_factory=dict)
+
+
+class Traffic:
+    """Sends example requests at ``rate`` per second from a small thread pool until stopped.
+
+    ``degrade_after`` (seconds from start) switches the faults on: the best passage is dropped and an
+    unsupported claim is appended, so faithfulness falls, and the first token comes 0.6 s later.
+    Every fourth request carries its reference answer (reference-based metrics; the collector
+    always samples those).
+    """
+
+    def __init__(self, rate: float, degrade_after: float | None = None, threads: int = 4,
+                 keep: int = 200) -> None:
+        from ragtrace_collector.examples.rag_app import QUESTIONS, RagApp
+
+        # a served model's latency shape: ~0.2 s to first token for a 3-passage prompt, 15 ms per token
+        self.app = RagApp(token_delay=0.015, prefill_delay=1.0)
+        self.questions = QUESTIONS
+        self.rate = rate
+        self.degrade_after = degrade_after
+        self.threads = threads
+        self.recent: deque[Request] = deque(maxlen=keep)
+        # last faithfulness scores per phase (False: healthy, True: degraded), kept past ``recent``
+        self.faithfulness: dict[bool, deque[float]] = {False: deque(maxlen=30), True: deque(maxlen=30)}
+        self.sent = 0
+        self.failed = 0
+        self.skipped = 0  # ticks skipped because every thread was busy
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._started = 0.0
+        self._thread: threading.Thread | None = None
+        self._pool: list[threading.Thread] = []
+        self._work: deque[int] = deque()
+        self._work_ready = threading.Condition()
+
+    def snapshot(self, n: int | None = None) -> list[Request]:
+        """The last ``n`` requests (all kept ones when None), oldest first."""
+        with self._lock:
+            recent = list(self.recent)
+        return recent if n is None else recent[-n:]
+
+    @property
+    def degraded(self) -> bool:
+        return self.degrade_after is not None and self._started and time.monotonic() - self._started >= self.degrade_after
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        for i in range(self.threads):
+            t = threading.Thread(target=self._worker, name=f"demo-traffic-{i}", daemon=True)
+            t.start()
+            self._pool.append(t)
+        self._thread = threading.Thread(target=self._pace, name="demo-traffic-pacer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        with self._work_ready:
+            self._work_ready.notify_all()
+        for t in [self._thread, *self._pool]:
+            if t is not None:
+                t.join(timeout)
+
+    def _pace(self) -> None:
+        interval = 1.0 / self.rate
+        n = 0
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                busy = self._inflight >= self.threads
+            if busy:
+                self.skipped += 1
+            else:
+                with self._work_ready:
+                    with self._lock:
+                        self._inflight += 1
+                    self._work.append(n)
+                    self._work_ready.notify()
+                n += 1
+            next_at += interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def _worker(self) -> None:
+        while True:
+            with self._work_ready:
+                while not self._work and not self._stop.is_set():
+                    self._work_ready.wait(0.5)
+                if self._stop.is_set():
+                    return
+                n = self._work.popleft()
+            try:
+                self.one(n)
+            finally:
+                with self._lock:
+                    self._inflight -= 1
+
+    def one(self, n: int) -> Request:
+        q = self.questions[n % len(self.questions)]
+        degraded = bool(self.degraded)
+        t0 = time.perf_counter()
+        started = time.time()
+        try:
+            # degrade: every fault of the example (best passage dropped, invented claim, slow first token)
+            answer = self.app.answer(q["question"], degrade=degraded,
+                                     reference=q["reference"] if n % 4 == 0 else None,
+                                     session_id=f"demo-{n % 10}")
+            req = Request(started, q["question"], time.perf_counter() - t0, answer.trace_id, degraded)
+        except Exception as exc:  # the demo keeps going; the failure is shown
+            req = Request(started, q["question"], time.perf_counter() - t0, None, degraded, error=repr(exc))
+        with self._lock:
+            self.sent += 1
+            if req.error:
+                self.failed += 1
+            self.recent.append(req)
+        return req
+
+
+class ScoreReader:
+    """Fills recent requests' scores from the collector's results store (read as it fills)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._store = None
+
+    def _open(self):
+        if self._store is None and self.path.exists():
+            from ragtrace_collector.scoring.results_store import ResultsStore
+
+            self._store = ResultsStore(self.path)
+        return self._store
+
+    def fill(self, requests: list[Request], faithfulness: dict[bool, deque[float]] | None = None) -> int:
+        """Look up requests still missing scores (their new faithfulness scores go to ``faithfulness``
+        by phase); returns the number of records scored so far."""
+        store = self._open()
+        if store is None:
+            return 0
+        for req in requests:
+            if req.trace_id and not req.scores:
+                for row in store.get(req.trace_id):
+                    req.scores[row.metric] = row.score if row.status == "scored" else None
+                score = req.scores.get("faithfulness")
+                if faithfulness is not None and score is not None:
+                    faithfulness[req.degraded].append(score)
+        return store.count(metric="faithfulness")
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+# --- view ---------------------------------------------------------------------------------------------
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summary(traffic: Traffic) -> dict[str, Any]:
+    recent = traffic.snapshot()
+    out: dict[str, Any] = {"sent": traffic.sent, "failed": traffic.failed}
+    for flag, name in ((False, "healthy"), (True, "degraded")):
+        faith = list(traffic.faithfulness[flag])
+        out[f"faithfulness_{name}"] = mean(faith)
+        out[f"n_{name}"] = len(faith)
+    lat = sorted(r.seconds for r in recent[-50:])
+    out["latency_p50"] = lat[len(lat) // 2] if lat else None
+    return out
+
+
+def fmt(x: float | None, spec: str = ".2f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str], elapsed: float,
+           duration: float | None):
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    s = summary(traffic)
+    state = "[bold red]DEGRADED[/]" if traffic.degraded else "[green]healthy[/]"
+    if traffic.degrade_after is not None and not traffic.degraded:
+        state += f" (faults on in {traffic.degrade_after - elapsed:.0f}s)"
+    head = Table.grid(padding=(0, 2))
+    head.add_row(f"[b]ragtrace demo[/]  {elapsed:.0f}s" + (f"/{duration:.0f}s" if duration else "  (Ctrl-C to stop)"),
+                 f"example: {state}", f"sent {s['sent']} ({s['failed']} failed)", f"scored {scored}")
+    head.add_row(f"mean faithfulness (last 30) healthy {fmt(s['faithfulness_healthy'])} (n={s['n_healthy']})",
+                 f"degraded {fmt(s['faithfulness_degraded'])} (n={s['n_degraded']})",
+                 f"latency p50 {fmt(s['latency_p50'] and s['latency_p50'] * 1000, '.0f')} ms", "")
+    parts: list[Any] = [head]
+    if duration:
+        parts.append(ProgressBar(total=duration, completed=min(elapsed, duration), width=60))
+    table = Table(title="recent requests", expand=True, show_lines=False)
+    table.add_column("time")
+    table.add_column("question", ratio=3, overflow="ellipsis", no_wrap=True)
+    table.add_column("latency", justify="right")
+    for m in SHOWN_METRICS:
+        table.add_column(m.replace("_", " "), justify="right")
+    table.add_column("trace id")
+    for r in reversed(traffic.snapshot(12)):
+        cells = []
+        for m in SHOWN_METRICS:
+            v = r.scores.get(m)
+            bad = v is not None and ((v > 0.5) if m == "hallucination" else (v < 0.7))
+            cells.append(Text(fmt(v), style="red" if bad else ""))
+        table.add_row(time.strftime("%H:%M:%S", time.localtime(r.started)),
+                      ("[red]![/] " if r.degraded else "") + r.question,
+                      f"{r.seconds * 1000:.0f} ms" if not r.error else "[red]error[/]",
+                      *cells, (r.trace_id or "")[:12])
+    parts.append(table)
+    links = "\n".join(f"{k}: {v}" for k, v in urls.items())
+    alert_text = ", ".join(alerts) if alerts else "none firing"
+    parts.append(Panel(f"{links}\nalerts: {alert_text}", title="where to look", expand=True))
+    return Group(*parts)
+
+
+def status_line(traffic: Traffic, scored: int, alerts: list[str], elapsed: float) -> str:
+    s = summary(traffic)
+    return (f"[{elapsed:5.0f}s] {'DEGRADED' if traffic.degraded else 'healthy '} sent={s['sent']} "
+            f"failed={s['failed']} scored={scored} faithfulness healthy={fmt(s['faithfulness_healthy'])} "
+            f"(n={s['n_healthy']}) degraded={fmt(s['faithfulness_degraded'])} (n={s['n_degraded']}) "
+            f"alerts={','.join(alerts) or 'none'}")
+
+
+# --- main -----------------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    stop = threading.Event()
+    signals = {}
+
+    def on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signals[sig] = signal.signal(sig, on_signal)
+
+    degrade_after = args.degrade_after if args.degrade_after is not None else (60.0 if args.degrade else None)
+    own_dir = args.data_dir is None
+    workdir = Path(tempfile.mkdtemp(prefix="ragtrace-demo-")) if own_dir else Path(args.data_dir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    children: list[ChildProcess] = []
+    traffic: Traffic | None = None
+    handle = None
+    reader: ScoreReader | None = None
+    code = 0
+    try:
+        collector = CollectorProcess(
+            workdir / "collector",
+            http_port=pick_port(4318), grpc_port=pick_port(4317), metrics_port=pick_port(9464),
+            sampling_rate=args.sampling_rate, judge=args.judge,
+        )
+        children.append(collector)
+        console.print(f"starting the collector (pid {collector.pid}, log {collector.log_path}) ...")
+        collector.wait_ready(abort=stop.is_set)
+        urls = {"/metrics": collector.metrics_url,
+                "OTLP": f"{collector.otlp_http_endpoint} (http), {collector.otlp_grpc_endpoint} (grpc)"}
+        prometheus: PrometheusProcess | None = None
+        if not args.no_prometheus:
+            binary = shutil.which("prometheus")
+            if binary is None:
+                console.print("prometheus not installed: skipping it (apt-get install prometheus to add it)")
+            else:
+                prometheus = PrometheusProcess(
+                    workdir / "prometheus", port=pick_port(args.prometheus_port),
+                    metrics_target=f"127.0.0.1:{collector.metrics_port}", rule_mapping=DEMO_WINDOWS,
+                    binary=binary)
+                children.append(prometheus)
+                prometheus.wait_ready(abort=stop.is_set)
+                urls["Prometheus"] = f"{prometheus.url}  (alerts: {prometheus.url}/alerts)"
+        urls["worst records (while running)"] = (f"ragtrace-collector results --metric faithfulness --below 0.7 "
+                                 f"--store {collector.results_path}")
+
+        import ragtrace
+
+        endpoint = collector.otlp_grpc_endpoint if args.protocol == "grpc" else collector.otlp_http_endpoint
+        handle = ragtrace.init(service_name=SERVICE_NAME, endpoint=endpoint, protocol=args.protocol,
+                               schedule_delay_ms=200)
+        traffic = Traffic(args.rate, degrade_after)
+        reader = ScoreReader(collector.results_path)
+        traffic.start()
+        started = time.monotonic()
+        alerts: list[str] = []
+        last_alert_poll = 0.0
+        last_line = 0.0
+
+        def tick() -> tuple[int, float]:
+            nonlocal alerts, last_alert_poll
+            scored = reader.fill(traffic.snapshot(60), traffic.faithfulness)
+            if prometheus is not None and time.monotonic() - last_alert_poll > 3:
+                last_alert_poll = time.monotonic()
+                with contextlib.suppress(Exception):
+                    alerts = sorted({f"{a['labels']['alertname']}({a['state']})" for a in prometheus.alerts()})
+            return scored, time.monotonic() - started
+
+        def finished(elapsed: float) -> bool:
+            return stop.is_set() or (args.duration is not None and elapsed >= args.duration)
+
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=2, transient=False) as live:
+                while True:
+                    scored, elapsed = tick()
+                    live.update(render(traffic, scored, urls, alerts, elapsed, args.duration))
+                    if finished(elapsed):
+                        break
+                    stop.wait(0.5)
+        else:
+            for k, v in urls.items():
+                print(f"{k}: {v}", flush=True)
+            while True:
+                scored, elapsed = tick()
+                if elapsed - last_line >= 5 or finished(elapsed):
+                    last_line = elapsed
+                    print(status_line(traffic, scored, alerts, elapsed), flush=True)
+                if finished(elapsed):
+                    break
+                stop.wait(0.5)
+    except Stopped:
+        console.print("stopped while starting")
+    except (RuntimeError, TimeoutError) as exc:
+        console.print(f"[red]demo failed:[/] {exc}")
+        code = 1
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        if handle is not None:
+            handle.shutdown(5.0)
+        if reader is not None:
+            reader.close()
+        for child in reversed(children):
+            rc = child.stop()
+            console.print(f"stopped {child.name} (pid {child.pid}, exit {rc})")
+        for sig, previous in signals.items():
+            signal.signal(sig, previous)
+        if own_dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            console.print(f"data kept in {workdir}")
+    return code

@@ -1,0 +1,468 @@
+"""``ragtrace-collector evaluate DATA.jsonl --metrics ... --judge MODEL|local --out SCORES.jsonl``.
+
+Scores a Ragas-style JSONL file offline. One output line per input row, written as soon as the
+row is done (so an interrupted run loses at most the rows in flight)::
+
+    {"id": ..., "line": N, "judge": ..., "scores": {metric: value | null},
+     "results": {metric: {status, score, reason, details, usage, retryable, label}},
+     "usage": {calls, prompt_tokens, completion_tokens, cost_usd, cache_hits, errors}, "retry": false}
+
+A row that cannot be read gets ``{"id", "line", "error"}`` and the run goes on. On restart with
+the same ``--out``, finished work is not redone: a row is scored again only for the metrics its
+last line lacks (``--metrics`` grew) or failed on the judge's availability (``"retry": true``:
+outage, 429, timeout); the new line keeps the earlier results and adds up the usage, and the
+newer line wins. Rows that were unreadable are read again (the input may have been fixed). Ends with a summary table (mean, count, skipped, errors per metric) over the
+whole output file.
+
+Settings are the collector's configuration (:mod:`ragtrace_collector.config`), the ``judge`` and ``scoring``
+sections of the same model ``serve`` reads: the flags override them, then the environment
+(``RAGTRACE_JUDGE=openai/gpt-4o-mini``, ``RAGTRACE_JUDGE__BASE_URL``, ``RAGTRACE_SCORING__OPTIONS__...``; the
+older ``RAGTRACE_JUDGE_BASE_URL``, ``RAGTRACE_JUDGE_API_KEY``, ``RAGTRACE_EMBEDDING_MODEL`` still work), then
+the YAML file of ``--config`` (or ``$RAGTRACE_CONFIG``), then the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+# Legacy Ragas column names accepted on input.
+_ALIASES = {
+    "question": "user_input",
+    "answer": "response",
+    "contexts": "retrieved_contexts",
+    "ground_truth": "reference",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ragtrace_collector.config import ANSWER_RELEVANCY_VARIANTS, CollectorConfig
+
+    d = CollectorConfig()  # help texts show the model's defaults (written there only)
+    parser.add_argument("data", type=Path, help="input JSONL, one Ragas-style row per line")
+    parser.add_argument(
+        "--config",
+        help="YAML config file, the same as serve's: its judge and scoring sections apply "
+        "(default: $RAGTRACE_CONFIG, else built-in defaults)",
+    )
+    parser.add_argument(
+        "--metrics",
+        help=f"comma-separated metric names (scoring.metrics; default: {','.join(d.scoring.metrics)})",
+    )
+    parser.add_argument(
+        "--judge",
+        help=f"'local' (embedded offline judge) or a litellm model name (judge.model, env RAGTRACE_JUDGE; "
+        f"default {d.judge.model})",
+    )
+    parser.add_argument(
+        "--judge-base-url",
+        help="base URL of an OpenAI-compatible endpoint (judge.base_url, env RAGTRACE_JUDGE__BASE_URL)",
+    )
+    parser.add_argument(
+        "--judge-api-key",
+        help="API key for the judge (judge.api_key, env RAGTRACE_JUDGE__API_KEY; else the provider's own env var)",
+    )
+    parser.add_argument(
+        "--embedding-model",
+        help="litellm embedding model for the LLM judge (judge.embedding_model; default: the local ONNX embedder)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help=f"rows and judge calls in flight (scoring.concurrency and judge.concurrency; "
+        f"default {d.scoring.concurrency})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        help=f"seconds per judge call (judge.timeout_seconds; LLM judge, default {d.judge.timeout_seconds:g})",
+    )
+    parser.add_argument(
+        "--max-retries",
+        type=int,
+        help=f"retries on 429/5xx/timeouts (judge.max_retries; LLM judge, default {d.judge.max_retries})",
+    )
+    parser.add_argument(
+        "--answer-relevancy-variant",
+        choices=ANSWER_RELEVANCY_VARIANTS,
+        help="answer_relevancy variant (scoring.options.answer_relevancy_variant; default: the first the judge "
+        "supports)",
+    )
+    parser.add_argument(
+        "--idk-supported",
+        action=argparse.BooleanOptionalAction,
+        help="faithfulness: count 'idk' verdicts as supported (scoring.options.idk_counts_as_supported; "
+        f"default {'yes' if d.scoring.options.idk_counts_as_supported else 'no'})",
+    )
+    parser.add_argument("--geval-criteria", help="criteria text for the geval metric (scoring.options.geval.criteria)")
+    parser.add_argument(
+        "--geval-params",
+        help="comma-separated record fields geval reads (scoring.options.geval.params; default: the metric's)",
+    )
+    parser.add_argument(
+        "--dag", type=Path, help="YAML decision tree for the dag metric (scoring.options.dag, a file path)"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
+    parser.add_argument("--out", type=Path, required=True, help="output JSONL (appended to; resumable)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _split(value: str | None) -> list[str] | None:
+    return None if value is None else [p.strip() for p in value.split(",") if p.strip()]
+
+
+def _given(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` without the ``None`` leaves and the sections left empty."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            value = _given(value) or None
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given, as overrides of the configuration's ``judge`` and ``scoring`` sections."""
+
+    def arg(name: str) -> Any:
+        return getattr(args, name, None)
+
+    dag = arg("dag")
+    return _given(
+        {
+            "judge": {
+                "model": arg("judge"),
+                "base_url": arg("judge_base_url"),
+                "api_key": arg("judge_api_key"),
+                "embedding_model": arg("embedding_model"),
+                "concurrency": arg("concurrency"),
+                "timeout_seconds": arg("timeout"),
+                "max_retries": arg("max_retries"),
+            },
+            "scoring": {
+                "metrics": _split(arg("metrics")),
+                "concurrency": arg("concurrency"),
+                "options": {
+                    "answer_relevancy_variant": arg("answer_relevancy_variant"),
+                    "idk_counts_as_supported": arg("idk_supported"),
+                    "geval": {"criteria": arg("geval_criteria"), "params": _split(arg("geval_params"))},
+                    "dag": str(dag) if dag is not None else None,
+                },
+            },
+        }
+    )
+
+
+def _iter_rows(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        n = 0
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            n += 1
+            if limit is not None and n > limit:
+                return
+            yield lineno, line
+
+
+def parse_row(lineno: int, line: str) -> tuple[str, Any]:
+    """``(row id, RagRecord)``, or ``(row id, error message)`` for a row that cannot be read."""
+    from ragtrace_collector.model.record import RagRecord
+
+    fallback_id = f"line-{lineno}"
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        return fallback_id, f"invalid JSON: {exc}"
+    if not isinstance(data, dict):
+        return fallback_id, f"a row must be a JSON object, got {type(data).__name__}"
+    for old, new in _ALIASES.items():
+        if old in data and new not in data:
+            data[new] = data.pop(old)
+    row_id = str(data["id"]) if data.get("id") not in (None, "") else fallback_id
+    data["id"] = row_id
+    try:
+        return row_id, RagRecord.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        return row_id, f"invalid row: {problems}"
+    except Exception as exc:  # a field of the wrong shape can fail inside a validator
+        return row_id, f"invalid row: {type(exc).__name__}: {exc}"
+
+
+def load_done(out: Path) -> dict[str, dict[str, Any]]:
+    """The last line per id in an existing output file. A torn final line (the run was killed
+    mid-write) is cut off so appending starts on a fresh line."""
+    done: dict[str, dict[str, Any]] = {}
+    if not out.exists():
+        return done
+    raw = out.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    for chunk in lines:
+        try:
+            entry = json.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "id" in entry:
+            done[str(entry["id"])] = entry
+    if lines and not lines[-1].endswith(b"\n"):
+        with out.open("r+b") as fh:
+            try:
+                json.loads(lines[-1])
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+            except ValueError:
+                fh.truncate(len(raw) - len(lines[-1]))
+    return done
+
+
+def _retry(result: dict[str, Any]) -> bool:
+    """A result to score again on resume: it failed on the judge's availability."""
+    return result.get("status") == "error" and bool(result.get("retryable"))
+
+
+def _result_entry(res: Any) -> dict[str, Any]:
+    d = res.to_dict()
+    d.pop("metric", None)
+    return d
+
+
+async def _score_rows(
+    concurrency: int,
+    metrics: list[str],
+    judge: Any,
+    options: Any,
+    rows: Iterator[tuple[int, str]],
+    done: dict[str, dict[str, Any]],
+    out_fh: Any,
+    progress: Any,
+    task_id: Any,
+) -> dict[str, int]:
+    from ragtrace_collector.model.result import JudgeUsage
+    from ragtrace_collector.scoring.engine import evaluate_record
+
+    counts = {"scored": 0, "bad": 0, "resumed": 0}
+    seen: set[str] = set()
+    sem = asyncio.Semaphore(max(1, concurrency))
+    lock = asyncio.Lock()
+
+    async def write(entry: dict[str, Any]) -> None:
+        async with lock:
+            out_fh.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+            out_fh.flush()
+
+    async def write_error(entry: dict[str, Any]) -> None:
+        """An error line, unless the output already ends with this very error for this id."""
+        if done.get(entry["id"], {}).get("error") != entry["error"]:
+            await write(entry)
+
+    async def one(lineno: int, line: str) -> None:
+        row_id, parsed = parse_row(lineno, line)
+        try:
+            if isinstance(parsed, str):
+                await write_error({"id": row_id, "line": lineno, "error": parsed})
+                counts["bad"] += 1
+                return
+            if row_id in seen:
+                await write_error(
+                    {"id": f"{row_id}#line-{lineno}", "line": lineno, "error": f"duplicate id {row_id!r}"}
+                )
+                counts["bad"] += 1
+                return
+            seen.add(row_id)
+            prev = done.get(row_id) or {}
+            kept: dict[str, Any] = {} if "error" in prev else dict(prev.get("results") or {})
+            todo = [m for m in metrics if m not in kept or _retry(kept[m])]
+            if not todo:
+                counts["resumed"] += 1
+                return
+            async with sem:
+                try:
+                    results = await evaluate_record(parsed, todo, judge, options)
+                except Exception as exc:  # the engine does not raise; this guards the run regardless
+                    await write({"id": row_id, "line": lineno, "error": f"{type(exc).__name__}: {exc}"})
+                    counts["bad"] += 1
+                    return
+            earlier = prev.get("usage") if kept and isinstance(prev.get("usage"), dict) else {}
+            total = JudgeUsage(**{k: v for k, v in earlier.items() if k in JudgeUsage.__dataclass_fields__})
+            for r in results:
+                total.add(r.usage)
+            merged = {**kept, **{r.metric: _result_entry(r) for r in results}}
+            await write(
+                {
+                    "id": row_id,
+                    "line": lineno,
+                    "judge": judge.name,
+                    "scores": {m: res.get("score") for m, res in merged.items()},
+                    "results": merged,
+                    "usage": asdict(total),
+                    "retry": any(_retry(res) for res in merged.values()),
+                }
+            )
+            counts["scored"] += 1
+        finally:
+            progress.advance(task_id)
+
+    # A bounded window of rows in flight: the file is streamed, never held whole in memory.
+    window = max(1, concurrency) * 4
+    pending: set[asyncio.Task[None]] = set()
+    for n, line in rows:
+        if len(pending) >= window:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                task.result()  # surface write failures (disk full...) instead of losing them
+        pending.add(asyncio.ensure_future(one(n, line)))
+    if pending:
+        await asyncio.gather(*pending)
+    return counts
+
+
+def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-metric mean/count/skipped/errors over the output file (last line per id)."""
+    entries = load_done(out)
+    stats = {m: {"metric": m, "values": [], "skipped": 0, "errors": 0} for m in metrics}
+    totals = {"rows": 0, "bad_rows": 0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    for entry in entries.values():
+        totals["rows"] += 1
+        if "error" in entry:
+            totals["bad_rows"] += 1
+            continue
+        for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd"):
+            totals[k] += (entry.get("usage") or {}).get(k, 0) or 0
+        for m, res in (entry.get("results") or {}).items():
+            s = stats.setdefault(m, {"metric": m, "values": [], "skipped": 0, "errors": 0})
+            if res.get("status") == "scored" and res.get("score") is not None and math.isfinite(res["score"]):
+                s["values"].append(float(res["score"]))
+            elif res.get("status") == "skipped":
+                s["skipped"] += 1
+            else:
+                s["errors"] += 1
+    rows = []
+    for s in stats.values():
+        vals = s.pop("values")
+        s["count"] = len(vals)
+        s["mean"] = sum(vals) / len(vals) if vals else None
+        rows.append(s)
+    return rows, totals
+
+
+def print_summary(rows: list[dict[str, Any]], totals: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="ragtrace evaluate: summary")
+    for col in ("metric", "mean", "count", "skipped", "errors"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        table.add_row(
+            r["metric"],
+            "-" if r["mean"] is None else f"{r['mean']:.4f}",
+            str(r["count"]),
+            str(r["skipped"]),
+            str(r["errors"]),
+        )
+    console.print(table)
+    console.print(
+        f"rows: {totals['rows']} (unreadable: {totals['bad_rows']})  judge calls: {totals['calls']}  "
+        f"tokens: {totals['prompt_tokens']} prompt + {totals['completion_tokens']} completion  "
+        f"cost: ${totals['cost_usd']:.4f}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from ragtrace_collector.config import describe_error, load_config
+    from ragtrace_collector.scoring.engine import unknown_metrics
+    from ragtrace_collector.scoring.metrics.geval import load_dag
+    from ragtrace_collector.scoring.options import ScoringOptions
+    from ragtrace_collector.service.scoring import judge_from_config
+
+    err = Console(stderr=True)
+    try:
+        config = load_config(args.config, config_overrides(args))
+    except (OSError, ValueError) as exc:
+        err.print(f"[red]error:[/red] bad configuration: {escape(describe_error(exc))}")
+        return 2
+    metrics = list(config.scoring.metrics)
+    unknown = unknown_metrics(metrics)
+    if not metrics or unknown:
+        err.print(f"[red]error:[/red] unknown metric(s): {escape(', '.join(unknown) or '(none given)')}")
+        return 2
+    if not args.data.is_file():
+        err.print(f"[red]error:[/red] no such file: {escape(str(args.data))}")
+        return 2
+    try:
+        options = ScoringOptions.from_config(config.scoring.options)
+        if options.dag:
+            load_dag(options.dag)  # a broken tree fails now, not on every row
+    except (ValueError, OSError) as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    try:
+        judge = judge_from_config(config.judge)
+    except Exception as exc:
+        err.print(
+            f"[red]error:[/red] cannot create judge {escape(repr(config.judge.model))}: "
+            f"{type(exc).__name__}: {escape(str(exc))}"
+        )
+        return 2
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = load_done(args.out)
+    total = sum(1 for _ in _iter_rows(args.data, args.limit))
+
+    async def main() -> dict[str, int]:
+        try:
+            with (
+                args.out.open("a", encoding="utf-8") as out_fh,
+                Progress(
+                    TextColumn("[bold]scoring"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeRemainingColumn(),
+                    console=err,
+                    disable=args.no_progress,
+                ) as progress,
+            ):
+                task_id = progress.add_task("rows", total=total)
+                return await _score_rows(
+                    config.scoring.concurrency,
+                    metrics,
+                    judge,
+                    options,
+                    _iter_rows(args.data, args.limit),
+                    done,
+                    out_fh,
+                    progress,
+                    task_id,
+                )
+        finally:
+            await judge.aclose()
+
+    try:
+        counts = asyncio.run(main())
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/yellow] finished rows are saved; rerun the same command to resume")
+        return 130
+    err.print(f"scored {counts['scored']} rows, {counts['resumed']} already done, {counts['bad']} unreadable")
+    summary, totals = summarise(args.out, metrics)
+    print_summary(summary, totals, Console())
+    return 0

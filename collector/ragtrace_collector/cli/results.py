@@ -1,0 +1,151 @@
+"""``ragtrace-collector results``: the worst scored records, with their unsupported claims and trace ids.
+
+    ragtrace-collector results --metric faithfulness --below 0.5 [--limit 20] [--json]
+    ragtrace-collector results --metric hallucination --above 0.3
+    ragtrace-collector results --summary [--pipeline support] [--json]
+
+Reads the local results store (``export.results_path`` of the config, default
+``<data_dir>/results.sqlite``; ``--store`` names the file directly). "Worst" follows the metric's
+direction: lowest first where higher is better, highest first where lower is better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
+from ragtrace_collector.model.result import unsupported_claims as _unsupported
+
+MAX_TEXT = 160
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary)")
+    parser.add_argument("--summary", action="store_true",
+                        help="per metric: counts by status, mean and sampling-weighted mean score")
+    parser.add_argument("--below", type=float, default=None, help="only scores strictly below this")
+    parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
+    parser.add_argument("--pipeline", default=None, help="only this pipeline")
+    parser.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    parser.add_argument("--store", default=None, help="results store file (default: from the config)")
+    parser.add_argument("--config", default=None, help="collector YAML config (for data_dir / export.results_path)")
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    """``--store``, else the config's ``export.results_path``, else ``<data_dir>/results.sqlite``."""
+    if args.store:
+        return Path(args.store)
+    from ragtrace_collector.config import load_config
+
+    config = load_config(args.config)
+    if config.export.results_path:
+        return Path(config.export.results_path)
+    return Path(config.data_dir) / "results.sqlite"
+
+
+def unsupported_claims(row: StoredResult) -> list[str]:
+    return _unsupported(row.details)
+
+
+def as_json(row: StoredResult) -> dict[str, Any]:
+    out = {
+        "trace_id": row.trace_id,
+        "record_key": row.record_key,
+        "metric": row.metric,
+        "score": row.score,
+        "label": row.label,
+        "pipeline": row.pipeline,
+        "service": row.service,
+        "judge": row.judge,
+        "user_input": row.user_input,
+        "response": row.response,
+        "unsupported_claims": unsupported_claims(row),
+        "scored_at": row.scored_at,
+        "sampling_weight": row.sampling_weight,
+    }
+    return out
+
+
+def _short(text: str | None, limit: int = MAX_TEXT) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def print_table(rows: list[StoredResult], out: TextIO) -> None:
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.scored_at))
+        out.write(
+            f"{row.score:.3f}  {row.metric}  trace_id={row.trace_id or '-'}  pipeline={row.pipeline or '-'}"
+            f"  judge={row.judge or '-'}  {when}Z\n"
+        )
+        if row.user_input:
+            out.write(f"    question: {_short(row.user_input)}\n")
+        if row.response:
+            out.write(f"    answer:   {_short(row.response)}\n")
+        for claim in unsupported_claims(row):
+            out.write(f"    unsupported: {_short(claim)}\n")
+
+
+def print_summary(rows: list[dict[str, Any]], out: TextIO) -> None:
+    out.write(f"{'metric':<28} {'scored':>7} {'skipped':>7} {'error':>6} {'mean':>7} {'weighted':>8}\n")
+    for r in rows:
+        mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
+        weighted = "-" if r["weighted_mean"] is None else f"{r['weighted_mean']:.3f}"
+        out.write(f"{r['metric']:<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if args.limit < 1:
+        print("--limit must be at least 1", file=sys.stderr)
+        return 2
+    if not args.summary and not args.metric:
+        print("give --metric NAME (the worst records of one metric) or --summary", file=sys.stderr)
+        return 2
+    try:
+        path = store_path(args)
+    except (OSError, ValueError) as exc:  # missing or invalid --config
+        print(f"ragtrace-collector results: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    if not path.exists():
+        print(f"no results store at {path} (has the collector scored anything yet?)", file=sys.stderr)
+        return 1
+    try:
+        store = ResultsStore(path)
+    except sqlite3.DatabaseError as exc:
+        print(f"{path} is not a ragtrace results store: {exc}", file=sys.stderr)
+        return 1
+    if args.summary:
+        try:
+            summary = store.summary(pipeline=args.pipeline)
+        finally:
+            store.close()
+        if args.json:
+            for row in summary:
+                out.write(json.dumps(row) + "\n")
+        else:
+            print_summary(summary, out)
+        return 0
+    try:
+        rows = store.worst(args.metric, below=args.below, above=args.above, limit=args.limit, pipeline=args.pipeline)
+        if not rows and args.metric not in store.metrics():
+            known = ", ".join(store.metrics()) or "none yet"
+            print(f"no results for metric {args.metric!r} (stored metrics: {known})", file=sys.stderr)
+            return 1
+    finally:
+        store.close()
+    if args.json:
+        for row in rows:
+            out.write(json.dumps(as_json(row), ensure_ascii=False) + "\n")
+    else:
+        if not rows:
+            out.write("no records match\n")
+        print_table(rows, out)
+    return 0

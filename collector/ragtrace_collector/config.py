@@ -1,0 +1,602 @@
+"""Collector configuration: one typed model (:class:`CollectorConfig`) read by ``serve`` and ``evaluate``.
+
+Resolution order, highest first, each default written once (in the model below):
+
+1. arguments: ``overrides`` (the command line of ``serve`` / ``evaluate``);
+2. environment: ``RAGTRACE_<SECTION>__<KEY>`` (nesting with ``__``), e.g. ``RAGTRACE_SAMPLING__RATE=0.25``,
+   ``RAGTRACE_SCORING__OPTIONS__GEVAL__CRITERIA="Is the answer concise?"``; top-level keys have no
+   section: ``RAGTRACE_ROLE=worker``, ``RAGTRACE_DATA_DIR=/var/lib/ragtrace``. Lists and mappings are
+   written as YAML/JSON (``RAGTRACE_SCORING__METRICS='[faithfulness, bleu]'``); ``null`` (or an empty
+   value) is ``None``;
+3. the YAML file: ``--config FILE``, else ``$RAGTRACE_CONFIG``;
+4. the defaults: they run with no file at all (OTLP/gRPC 4317, OTLP/HTTP 4318, ``/metrics`` 9464 bound
+   to 127.0.0.1, the embedded judge, the embedded SQLite queue under ``data_dir``).
+
+Shorthands: a section given as a plain string is its main value: ``judge: openai/gpt-4o-mini`` (YAML) and
+``RAGTRACE_JUDGE=openai/gpt-4o-mini`` mean ``judge.model``; ``queue: redis://...`` /
+``RAGTRACE_QUEUE=redis://...`` mean ``queue.url``. The names ``evaluate`` documented before are aliases:
+``RAGTRACE_JUDGE_BASE_URL`` → ``judge.base_url``, ``RAGTRACE_JUDGE_API_KEY`` → ``judge.api_key``,
+``RAGTRACE_EMBEDDING_MODEL`` → ``judge.embedding_model`` (the ``__`` spelling wins when both are set).
+
+A key the model does not know is an error in the YAML file (``extra="forbid"``) and, in the environment, a
+warning naming the variable and the closest known name; the variables other parts of ragtrace read
+(:data:`OTHER_ENV_VARS`: the SDK's ``RAGTRACE_ENDPOINT``...) are left alone.
+
+``CollectorConfig(**values)`` validates ``values`` over the defaults and reads nothing else;
+:func:`load_config` adds the environment and the file. This module imports nothing else of the collector
+(every stage reads its section from here).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import types
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal, NamedTuple, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+try:  # where pydantic-settings keeps it moved between releases
+    from pydantic_settings.sources.types import EnvNoneType
+except ImportError:  # pragma: no cover - pydantic-settings < 2.7
+    from pydantic_settings.sources import EnvNoneType  # type: ignore[attr-defined,no-redef]
+
+log = logging.getLogger("ragtrace_collector.config")
+
+ENV_PREFIX = "RAGTRACE_"
+ENV_NESTING = "__"
+CONFIG_ENV = "RAGTRACE_CONFIG"  # path of the YAML file when no --config is given
+
+# The single-underscore names ``evaluate`` documented, accepted as aliases of their config keys.
+LEGACY_ENV_ALIASES: dict[str, str] = {
+    "RAGTRACE_JUDGE_BASE_URL": "RAGTRACE_JUDGE__BASE_URL",
+    "RAGTRACE_JUDGE_API_KEY": "RAGTRACE_JUDGE__API_KEY",
+    "RAGTRACE_EMBEDDING_MODEL": "RAGTRACE_JUDGE__EMBEDDING_MODEL",
+}
+
+# RAGTRACE_ variables read elsewhere: never config keys, never warned about.
+OTHER_ENV_VARS: tuple[str, ...] = (
+    CONFIG_ENV,  # this module: the YAML file
+    # the SDK (ragtrace/config.py)
+    "RAGTRACE_ENDPOINT",
+    "RAGTRACE_PROTOCOL",
+    "RAGTRACE_SERVICE_NAME",
+    "RAGTRACE_CAPTURE_CONTENT",
+    "RAGTRACE_HEADERS",
+    "RAGTRACE_MAX_ATTRIBUTE_LENGTH",
+    "RAGTRACE_MAX_DOCUMENTS",
+    "RAGTRACE_MAX_SPAN_CHARS",
+    "RAGTRACE_MAX_QUEUE_SIZE",
+    "RAGTRACE_EXPORT_TIMEOUT",
+    # the embedded judge (scoring/embeddings.py, scoring/judges/local)
+    "RAGTRACE_EMBEDDING_ONNX",
+    "RAGTRACE_EMBEDDING_TOKENIZER",
+    "RAGTRACE_EMBEDDING_THREADS",
+    "RAGTRACE_LOCAL_JUDGE_EMBEDDINGS",
+    "RAGTRACE_LOCAL_JUDGE_PARAMS",
+    # the example app (examples/rag_app)
+    "RAGTRACE_EXAMPLE_MODEL",
+    "RAGTRACE_EXAMPLE_API_BASE",
+    # tests and benchmarks; the bearer token the README's OpenTelemetry Collector config reads
+    "RAGTRACE_SHARED_DIR",
+    "RAGTRACE_OPENLLMETRY_PYTHON",
+    "RAGTRACE_TOKEN",
+)
+
+# The metrics scored when none are configured (``scoring.metrics``; ``evaluate --metrics``).
+DEFAULT_METRICS: tuple[str, ...] = (
+    "faithfulness",
+    "hallucination",
+    "answer_relevancy",
+    "context_precision",
+    "context_relevancy",
+)
+
+AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
+ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)
+RougeType = Literal["rouge1", "rouge2", "rougeL"]
+SafetyCategory = Literal[
+    "harmful",
+    "malicious",
+    "bias",
+    "toxic",
+    "hateful",
+    "sexual",
+    "violent",
+    "insensitive",
+    "self-harm",
+    "manipulative",
+]
+SAFETY_CATEGORIES: tuple[str, ...] = get_args(SafetyCategory)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # The key a plain string stands for (``judge: openai/gpt-4o-mini`` → ``judge.model``); None: no shorthand.
+    main_key: ClassVar[str | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str) and cls.main_key:
+            return {cls.main_key: data}
+        return data
+
+
+class ListenConfig(_Section):
+    host: str = "127.0.0.1"
+    grpc_port: int | None = 4317  # None disables the receiver
+    http_port: int | None = 4318
+    metrics_port: int | None = 9464
+
+
+class AuthConfig(_Section):
+    bearer_token: str | None = None  # when set, OTLP requests must carry "Authorization: Bearer <token>"
+
+
+class LimitsConfig(_Section):
+    max_request_bytes: int = 4 * 1024 * 1024  # decompressed body; larger → HTTP 413 / gRPC RESOURCE_EXHAUSTED
+    max_pending_requests: int = 16  # OTLP requests being received at once; above → 503 / RESOURCE_EXHAUSTED
+    max_loop_lag_seconds: float | None = 0.5  # event-loop lag / record backlog above which requests are shed
+    retry_after_seconds: int = 1
+
+
+class AssemblyConfig(_Section):
+    grace_seconds: float = 2.0  # after the root span ended, wait this long for stragglers
+    max_wait_seconds: float = 60.0  # complete a trace this long after its first span regardless
+    max_inflight_traces: int = 20_000
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    late_span_memory: int = 100_000  # completed trace ids remembered to recognise late spans
+    sweep_interval_seconds: float = 0.2
+    shared_state: str | None = None  # redis://... shares in-flight traces between receivers (scale-out)
+
+
+class AlwaysSampleConfig(_Section):
+    errors: bool = True
+    slower_than_seconds: float | None = None
+    top_score_below: float | None = None
+    with_reference: bool = True
+    flagged: bool = True
+
+
+class BudgetConfig(_Section):
+    records_per_minute: float | None = None
+    judge_tokens_per_hour: float | None = None
+
+
+class SamplingConfig(_Section):
+    rate: float = 1.0
+    pipelines: dict[str, float] = Field(default_factory=dict)
+    always: AlwaysSampleConfig = Field(default_factory=AlwaysSampleConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    @field_validator("rate")
+    @classmethod
+    def _rate_in_range(cls, v: float) -> float:
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"sampling rate must be within [0, 1], got {v}")
+        return v
+
+    @field_validator("pipelines")
+    @classmethod
+    def _pipeline_rates(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, rate in v.items():
+            if not 0.0 <= float(rate) <= 1.0:
+                raise ValueError(f"sampling rate for pipeline {name!r} must be within [0, 1], got {rate}")
+        return v
+
+
+class QueueConfig(_Section):
+    main_key: ClassVar[str | None] = "url"
+
+    url: str | None = None  # None → sqlite:///<data_dir>/queue.sqlite
+    max_depth: int = 10_000
+
+
+class JudgeConfig(_Section):
+    main_key: ClassVar[str | None] = "model"
+
+    model: str = Field(default="local", min_length=1)  # "local" (embedded offline judge) or a litellm model name
+    base_url: str | None = None
+    api_key: str | None = None
+    embedding_model: str | None = None  # litellm embedding model for the LLM judge; None: the local ONNX embedder
+    concurrency: int = Field(default=4, ge=1)
+    timeout_seconds: float = 30.0
+    max_retries: int = Field(default=3, ge=0)
+
+
+class GEvalConfig(_Section):
+    """A G-Eval criterion (the ``geval`` metric). Unset keys take the metric's own defaults."""
+
+    criteria: str = Field(min_length=1)
+    name: str | None = None  # metric label in the results; unset: "geval"
+    params: list[str] | None = None  # record fields shown to the judge; unset: user_input, response
+    min_score: int | None = None  # unset: 1
+    max_score: int | None = None  # unset: 10
+    steps: list[str] | None = None  # fixed evaluation steps; unset: generated once per criteria by the judge
+
+    @model_validator(mode="after")
+    def _score_range(self) -> GEvalConfig:
+        if self.min_score is not None and self.max_score is not None and self.max_score <= self.min_score:
+            raise ValueError(f"max_score ({self.max_score}) must be above min_score ({self.min_score})")
+        return self
+
+
+class ScoringOptionsConfig(_Section):
+    """The knobs the metrics read (``ragtrace_collector.scoring.options.ScoringOptions.from_config``)."""
+
+    answer_relevancy_variant: AnswerRelevancyVariant | None = None  # None: the first the judge supports
+    idk_counts_as_supported: bool = False  # faithfulness: an "idk" verdict counts as supported
+    questions_n: int = Field(default=3, ge=1)  # answer_relevancy "questions": questions generated per answer
+    answer_correctness_weights: tuple[float, float] = (0.75, 0.25)  # (factuality, similarity), normalised
+    rouge_type: RougeType = "rougeL"
+    safety_categories: tuple[SafetyCategory, ...] = SAFETY_CATEGORIES  # type: ignore[assignment]
+    safety_votes: int = 3  # judge votes per category (majority): a positive odd number
+    geval: GEvalConfig | None = None
+    dag: dict[str, Any] | str | None = None  # a DAG spec inline, or the path of its YAML file
+
+    @field_validator("answer_correctness_weights")
+    @classmethod
+    def _weights(cls, w: tuple[float, float]) -> tuple[float, float]:
+        if min(w) < 0 or sum(w) <= 0:
+            raise ValueError(f"must be two non-negative numbers, not both 0, got {w!r}")
+        return (w[0] / sum(w), w[1] / sum(w))
+
+    @field_validator("safety_votes")
+    @classmethod
+    def _votes(cls, v: int) -> int:
+        if v < 1 or v % 2 == 0:
+            raise ValueError(f"must be a positive odd number (majority vote), got {v}")
+        return v
+
+    @field_validator("dag")
+    @classmethod
+    def _dag_file(cls, v: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        if isinstance(v, str) and "\n" not in v and not Path(v).is_file():
+            raise ValueError(f"no such DAG file: {v}")
+        return v
+
+
+class ScoringConfig(_Section):
+    concurrency: int = Field(default=4, ge=1)  # records scored at once
+    lease_seconds: float = 120.0
+    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))
+    pipelines: dict[str, list[str]] = Field(default_factory=dict)
+    options: ScoringOptionsConfig = Field(default_factory=ScoringOptionsConfig)
+    # judge outage: the worker pauses this long (doubling up to the max) and leaves records queued
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 30.0
+
+    @model_validator(mode="after")
+    def _metrics_have_their_options(self) -> ScoringConfig:
+        named = set(self.metrics).union(*self.pipelines.values())
+        if "geval" in named and self.options.geval is None:
+            raise ValueError("the geval metric is listed but scoring.options.geval (its criteria) is not set")
+        if "dag" in named and self.options.dag is None:
+            raise ValueError("the dag metric is listed but scoring.options.dag (its decision tree) is not set")
+        return self
+
+
+class OtlpEventsConfig(_Section):
+    endpoint: str | None = None
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ExportConfig(_Section):
+    otlp_events: OtlpEventsConfig = Field(default_factory=OtlpEventsConfig)
+    results_path: str | None = None  # None → <data_dir>/results.sqlite
+
+
+class _Inputs(NamedTuple):
+    path: str | None
+    environ: Mapping[str, str]
+
+
+# What load_config() is resolving (read by CollectorConfig.settings_customise_sources).
+_LOADING: ContextVar[_Inputs | None] = ContextVar("ragtrace_config_loading", default=None)
+
+
+class CollectorConfig(BaseSettings):
+    """The whole collector's configuration (see ``collector/collector.example.yaml``)."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTING,
+        env_parse_none_str="null",
+        case_sensitive=False,
+    )
+
+    role: Literal["all", "receiver", "worker"] = "all"
+    data_dir: str = "./ragtrace-data"
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments → environment → YAML file (→ defaults), inside :func:`load_config`; else the arguments only."""
+        inputs = _LOADING.get()
+        if inputs is None:
+            return (init_settings,)
+        return (init_settings, _EnvSource(settings_cls, inputs.environ), _YamlFileSource(settings_cls, inputs.path))
+
+    @property
+    def queue_url(self) -> str:
+        """The queue URL with the embedded default filled in."""
+        if self.queue.url:
+            return self.queue.url
+        return f"sqlite:///{Path(self.data_dir).resolve() / 'queue.sqlite'}"
+
+    @property
+    def results_path(self) -> str:
+        """The results store path with the default filled in."""
+        return self.export.results_path or str(Path(self.data_dir).resolve() / "results.sqlite")
+
+    @property
+    def runs_worker(self) -> bool:
+        return self.role in ("all", "worker")
+
+    @property
+    def runs_receiver(self) -> bool:
+        return self.role in ("all", "receiver")
+
+
+# --- the model's tree ---------------------------------------------------------------------------------
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The section model an annotation holds (``GEvalConfig | None`` → ``GEvalConfig``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        for arg in get_args(annotation):
+            found = _section_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether a leaf takes free-form keys (``dict[...]``, possibly within a union)."""
+    if annotation is dict or get_origin(annotation) is dict:
+        return True
+    return get_origin(annotation) in (Union, types.UnionType) and any(_is_mapping(a) for a in get_args(annotation))
+
+
+def _lookup(path: list[str]) -> type[BaseModel] | bool:
+    """What ``path`` (lower-case keys) names: a section model, ``True`` for a value, ``False`` for nothing."""
+    model: type[BaseModel] = CollectorConfig
+    for i, part in enumerate(path):
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        section = _section_of(field.annotation)
+        if section is None:
+            return i == len(path) - 1 or _is_mapping(field.annotation)
+        model = section
+    return model
+
+
+def _env_names(model: type[BaseModel] = CollectorConfig, prefix: str = ENV_PREFIX) -> list[str]:
+    """Every variable naming a key or a section of the model."""
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        env = prefix + name.upper()
+        out.append(env)
+        section = _section_of(field.annotation)
+        if section is not None:
+            out.extend(_env_names(section, env + ENV_NESTING))
+    return out
+
+
+def _expand_shorthands(data: Any, model: type[BaseModel] = CollectorConfig) -> Any:
+    """``{"judge": "x"}`` → ``{"judge": {"model": "x"}}`` throughout, so sources merge key by key."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for key, value in out.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        section = _section_of(field.annotation) if field is not None else None
+        if section is None:
+            continue
+        main = getattr(section, "main_key", None)
+        if isinstance(value, str) and main:
+            out[key] = {main: value}
+        elif isinstance(value, Mapping):
+            out[key] = _expand_shorthands(value, section)
+    return out
+
+
+# --- sources ------------------------------------------------------------------------------------------
+
+_NULLS = ("", "~", "null", "Null", "NULL")
+
+
+def settings_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The ``RAGTRACE_`` variables of ``environ`` that set config keys, in canonical spelling, and the
+    unknown ones (neither a key nor in :data:`OTHER_ENV_VARS`).
+
+    Legacy aliases become their ``__`` names, a section's plain string its main key
+    (``RAGTRACE_JUDGE`` → ``RAGTRACE_JUDGE__MODEL``); an explicitly spelled key wins over either.
+    """
+    settings: dict[str, str] = {}
+    unknown: list[str] = []
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in OTHER_ENV_VARS:
+            continue
+        if name in LEGACY_ENV_ALIASES:
+            if LEGACY_ENV_ALIASES[name] in environ:
+                continue
+            name = LEGACY_ENV_ALIASES[name]
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split(ENV_NESTING)]
+        target = _lookup(path) if all(path) else False
+        if target is False:
+            unknown.append(name)
+            continue
+        main = getattr(target, "main_key", None) if isinstance(target, type) else None
+        if main and not str(value).lstrip().startswith("{"):
+            name = f"{name}{ENV_NESTING}{main.upper()}"
+            if name in environ:
+                continue
+        settings[name] = "null" if value in _NULLS else value
+    return settings, unknown
+
+
+def warn_unknown_env(unknown: list[str]) -> None:
+    """One warning per unknown variable, with the closest known name when there is one."""
+    if not unknown:
+        return
+    known = _env_names() + list(LEGACY_ENV_ALIASES) + list(OTHER_ENV_VARS)
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        log.warning("%s is not a ragtrace setting and is ignored%s", name, hint)
+
+
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping (already canonical, see
+    :func:`settings_environment`); lists and mappings decode as YAML (a superset of JSON)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {
+            (k if self.case_sensitive else k.lower()): (EnvNoneType(v) if v == self.env_parse_none_str else v)
+            for k, v in self._environ.items()
+        }
+
+    def decode_complex_value(self, field_name: str, field: Any, value: Any) -> Any:
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            raise ValueError(f"{field_name}: not valid YAML/JSON ({problem}): {value!r}") from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The mapping in a YAML config file. ``FileNotFoundError`` when missing, ``ValueError`` when not YAML
+    or not a mapping."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        loaded = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: the top level of a collector config must be a mapping")  # noqa: TRY004
+    return loaded
+
+
+class _YamlFileSource(InitSettingsSource):
+    """The YAML file (nothing when ``path`` is None), shorthands expanded."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | None) -> None:
+        data = _expand_shorthands(read_config_file(path)) if path else {}
+        super().__init__(settings_cls, init_kwargs=data)
+
+
+# --- entry points -------------------------------------------------------------------------------------
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The nested values the environment contributes (``RAGTRACE_A__B=value`` → ``{"a": {"b": value}}``).
+
+    Variables that do not name a config key (e.g. the SDK's ``RAGTRACE_ENDPOINT``) are left out.
+    """
+    settings, _ = settings_environment(os.environ if environ is None else environ)
+    return _EnvSource(CollectorConfig, settings)()
+
+
+def load_config(
+    path: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CollectorConfig:
+    """Resolve the configuration: ``overrides`` → environment → YAML file at ``path`` → defaults.
+
+    ``path`` defaults to ``$RAGTRACE_CONFIG`` when set; ``environ`` to ``os.environ``. Unknown
+    ``RAGTRACE_*`` variables are logged as warnings. Raises ``FileNotFoundError`` for a missing file,
+    ``ValueError`` for a file that is not a YAML mapping or an environment value that does not parse, and
+    ``pydantic.ValidationError`` (a ``ValueError`` naming the bad key; :func:`describe_error` makes it one
+    line) for invalid values.
+    """
+    from pydantic_settings import SettingsError
+
+    environ = os.environ if environ is None else environ
+    path = path or environ.get(CONFIG_ENV) or None
+    settings, unknown = settings_environment(environ)
+    warn_unknown_env(unknown)
+    token = _LOADING.set(_Inputs(str(path) if path else None, settings))
+    try:
+        return CollectorConfig(**_expand_shorthands(dict(overrides or {})))
+    except SettingsError as exc:
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ValueError(f"environment: {exc}{cause}") from None
+    finally:
+        _LOADING.reset(token)
+
+
+def describe_error(exc: BaseException, prefix: str = "") -> str:
+    """A configuration error on one line, naming each bad key
+    (``scoring.options.answer_relevancy_variant: Input should be 'statements', ...``); ``prefix`` is the
+    path of the section that was validated when it was not the whole config."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
+        loc = [*(prefix.split(".") if prefix else []), *loc]
+        key = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
+        msg = str(err.get("msg", "invalid"))
+        msg = msg.removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key" + _suggest_key([str(p) for p in loc if isinstance(p, str)])
+        elif (
+            "input" in err
+            and err.get("type") not in ("missing", "value_error")
+            and not isinstance(err["input"], (dict, list))
+        ):
+            msg = f"{msg} (got {err['input']!r})"
+        parts.append(f"{key or 'config'}: {msg}")
+    return "; ".join(parts)
+
+
+def _suggest_key(loc: list[str]) -> str:
+    """``; did you mean listen?`` for a misspelt key, when a close one exists."""
+    model: type[BaseModel] | None = CollectorConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        model = _section_of(field.annotation) if field is not None else None
+    if model is None or not loc:
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -1,0 +1,267 @@
+"""Prometheus metrics of the scoring side: scores, evaluation outcomes, judge spending, the queue.
+
+Names (Grafana dashboards and alert rules are written against these):
+
+* ``ragtrace_eval_score{metric,pipeline,judge}`` — histogram of scores, ``trace_id`` exemplars,
+  buckets every 0.05 on ``[0, 1]`` so each alert threshold (0.5, 0.7, 0.8, 0.9...) is a bucket edge.
+* ``ragtrace_eval_weight_total{metric,pipeline,judge}`` and
+  ``ragtrace_eval_weighted_score_total{metric,pipeline,judge}`` — sums of each scored record's
+  sampling weight (1 / its sampling probability) and of weight × score, so
+  ``rate(weighted_score) / rate(weight)`` is the traffic-weighted mean score, unbiased when
+  pipelines or always-sample rules sample at different rates.
+* ``ragtrace_eval_latency_seconds{pipeline}`` — the ``latency`` metric (TTFT + TPOT × output tokens),
+  which is in seconds, not on ``[0, 1]``: metrics whose range is not ``[0, 1]`` stay out of
+  ``ragtrace_eval_score`` so they cannot distort quality means and thresholds.
+* ``ragtrace_evaluations_total{metric,outcome}`` — outcome ``scored`` | ``skipped`` | ``error``.
+* ``ragtrace_judge_calls_total{judge}``, ``ragtrace_judge_tokens_total{judge,kind}`` (kind
+  ``prompt`` | ``completion``), ``ragtrace_judge_cost_usd_total{judge}``,
+  ``ragtrace_judge_errors_total{judge,kind}`` (kind ``unavailable``: outage/429/timeout, the record
+  waits; ``failed``: this input cannot be judged; ``call``: failed calls the judge retried itself),
+  ``ragtrace_judge_latency_seconds{judge}`` — one judge decision (one method call).
+* ``ragtrace_records_scored_total{pipeline}`` — records whose results were recorded;
+  ``ragtrace_records_released_total{reason}`` — records handed back to the queue unscored
+  (``judge_unavailable``, ``shutdown``, ``error``: scoring raised unexpectedly, retried later).
+* ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
+  ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
+
+Labels come from bounded sets only: metric names from config, judge names, and pipeline names, which
+come from the traffic and so keep at most ``max_pipelines`` distinct values (later ones are ``other``).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ragtrace_collector.telemetry.ingest import UNKNOWN, BoundedLabel  # noqa: F401 (UNKNOWN re-exported)
+from ragtrace_collector.queue.base import RecordQueue
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import MetricResult
+
+log = logging.getLogger(__name__)
+
+# 0.05 steps on [0, 1]: every alert threshold on a 0.05 grid is a bucket edge (histogram_quantile and
+# "share below 0.7" are then exact), and scores outside [0, 1] still land in +Inf.
+SCORE_BUCKETS: tuple[float, ...] = tuple(round(i * 0.05, 2) for i in range(0, 21))
+# One judge decision: local judges answer in milliseconds, LLM judges in seconds.
+JUDGE_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+# The latency metric: OTel GenAI duration advisory buckets (seconds).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)
+
+
+def _is_quality_score(metric: str) -> bool:
+    """Whether a metric scores on ``[0, 1]`` (a quality score) rather than in other units."""
+    from ragtrace_collector.scoring.metrics import METRICS
+
+    m = METRICS.get(metric)
+    return m is None or tuple(m.score_range) == (0.0, 1.0)
+
+
+_by_registry: "weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics]" = weakref.WeakKeyDictionary()
+
+
+class EvalMetrics:
+    """The scoring side's instruments, registered in the given registry (never the global one).
+
+    Use :func:`eval_metrics_for` to share one instance per registry (registering the same names
+    twice in one registry is an error).
+    """
+
+    def __init__(self, registry: CollectorRegistry, max_pipelines: int = 50) -> None:
+        self.registry = registry
+        self.pipeline_label = BoundedLabel(max_pipelines)
+        self.eval_score = Histogram(
+            "ragtrace_eval_score",
+            "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",
+            ["metric", "pipeline", "judge"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.eval_latency = Histogram(
+            "ragtrace_eval_latency_seconds",
+            "The latency metric of scored records: TTFT + TPOT x output tokens, in seconds.",
+            ["pipeline"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.eval_weight = Counter(
+            "ragtrace_eval_weight",
+            "Sum of the sampling weights (1 / sampling probability) of scored records.",
+            ["metric", "pipeline", "judge"],
+            registry=registry,
+        )
+        self.eval_weighted_score = Counter(
+            "ragtrace_eval_weighted_score",
+            "Sum of sampling weight x score of scored records (divide by ragtrace_eval_weight_total).",
+            ["metric", "pipeline", "judge"],
+            registry=registry,
+        )
+        self.evaluations = Counter(
+            "ragtrace_evaluations",
+            "Metric evaluations of sampled records, by outcome (scored, skipped, error).",
+            ["metric", "outcome"],
+            registry=registry,
+        )
+        self.judge_calls = Counter(
+            "ragtrace_judge_calls", "Calls made to the judge (model requests or local inferences).", ["judge"],
+            registry=registry,
+        )
+        self.judge_tokens = Counter(
+            "ragtrace_judge_tokens", "Tokens spent by the judge, by kind (prompt, completion).", ["judge", "kind"],
+            registry=registry,
+        )
+        self.judge_cost = Counter(
+            "ragtrace_judge_cost_usd", "Judge spending in US dollars.", ["judge"], registry=registry,
+        )
+        self.judge_errors = Counter(
+            "ragtrace_judge_errors",
+            "Judge failures, by kind (unavailable: the record waits; failed: the input cannot be judged; "
+            "call: failed calls the judge retried itself).",
+            ["judge", "kind"],
+            registry=registry,
+        )
+        self.judge_latency = Histogram(
+            "ragtrace_judge_latency_seconds", "Time taken by one judge decision.", ["judge"],
+            buckets=JUDGE_LATENCY_BUCKETS, registry=registry,
+        )
+        self.records_scored = Counter(
+            "ragtrace_records_scored", "Sampled records whose results were recorded.", ["pipeline"],
+            registry=registry,
+        )
+        self.records_released = Counter(
+            "ragtrace_records_released",
+            "Records handed back to the queue unscored, by reason (judge_unavailable, shutdown, error).",
+            ["reason"],
+            registry=registry,
+        )
+
+    # -- recording ----------------------------------------------------------------------------
+    def observe_results(
+        self, record: RagRecord, results: Sequence[MetricResult], judge: str, new: Sequence[bool] | None = None
+    ) -> int:
+        """Count results whose ``new`` flag is set (all when ``new`` is None); returns how many counted.
+
+        ``new`` comes from the results store's insert-or-ignore, so a redelivered record's results,
+        already stored, are not counted again.
+        """
+        counted = 0
+        pipeline = self.pipeline_label(record.pipeline)
+        for i, result in enumerate(results):
+            if new is not None and not new[i]:
+                continue
+            counted += 1
+            self.evaluations.labels(result.metric, result.status).inc()
+            if result.status == "scored" and result.score is not None:
+                self._observe_score(record, result, pipeline, judge)
+            self.observe_usage(judge, result)
+            if result.status == "error" and not result.retryable:
+                self.judge_errors.labels(judge, "failed").inc()
+        if counted:
+            self.records_scored.labels(pipeline).inc()
+        return counted
+
+    def _observe_score(self, record: RagRecord, result: MetricResult, pipeline: str, judge: str) -> None:
+        exemplar = {"trace_id": record.trace_id} if record.trace_id else None
+        if not _is_quality_score(result.metric):
+            self.eval_latency.labels(pipeline).observe(result.score, exemplar=exemplar)
+            return
+        self.eval_score.labels(result.metric, pipeline, judge).observe(result.score, exemplar=exemplar)
+        weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
+        self.eval_weight.labels(result.metric, pipeline, judge).inc(weight)
+        if result.score > 0:  # counters only go up; a score of 0 adds nothing anyway
+            self.eval_weighted_score.labels(result.metric, pipeline, judge).inc(weight * result.score)
+
+    def observe_usage(self, judge: str, result: MetricResult) -> None:
+        usage = result.usage
+        if usage is None:
+            return
+        if usage.calls:
+            self.judge_calls.labels(judge).inc(usage.calls)
+        if usage.prompt_tokens:
+            self.judge_tokens.labels(judge, "prompt").inc(usage.prompt_tokens)
+        if usage.completion_tokens:
+            self.judge_tokens.labels(judge, "completion").inc(usage.completion_tokens)
+        if usage.cost_usd and usage.cost_usd > 0:
+            self.judge_cost.labels(judge).inc(usage.cost_usd)
+        if usage.errors:
+            self.judge_errors.labels(judge, "call").inc(usage.errors)
+
+    def observe_judge_latency(self, judge: str, seconds: float) -> None:
+        self.judge_latency.labels(judge).observe(seconds)
+
+    def judge_registered(self, judge: str) -> None:
+        self.judge_latency.labels(judge)
+
+    def record_released(self, reason: str) -> None:
+        self.records_released.labels(reason).inc()
+
+    def judge_unavailable(self, judge: str) -> None:
+        self.judge_errors.labels(judge, "unavailable").inc()
+        self.records_released.labels("judge_unavailable").inc()
+
+
+def eval_metrics_for(registry: CollectorRegistry) -> EvalMetrics:
+    """The one :class:`EvalMetrics` of this registry, created on first use."""
+    metrics = _by_registry.get(registry)
+    if metrics is None:
+        metrics = _by_registry[registry] = EvalMetrics(registry)
+    return metrics
+
+
+class QueueCollector(Collector):
+    """Reads queue depth, oldest age and drops at scrape time, so they are never stale."""
+
+    def __init__(self, queue: RecordQueue) -> None:
+        self.queue = queue
+
+    def describe(self) -> Iterable[Metric]:
+        # Describing lets the registry detect duplicate names without collecting (no DB access).
+        yield GaugeMetricFamily("ragtrace_queue_depth", "Records waiting in the scoring queue (leased or not).")
+        yield GaugeMetricFamily("ragtrace_queue_oldest_age_seconds", "Age of the oldest queued record.")
+        yield CounterMetricFamily("ragtrace_queue_dropped", "Records refused because the queue was full.")
+        yield CounterMetricFamily("ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.")
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            depth = self.queue.depth()
+            age = self.queue.oldest_age()
+        except Exception as exc:  # a scrape must not fail because the queue backend hiccuped
+            log.warning("queue metrics unavailable: %s", exc)
+            return
+        yield GaugeMetricFamily(
+            "ragtrace_queue_depth", "Records waiting in the scoring queue (leased or not).", value=depth
+        )
+        yield GaugeMetricFamily(
+            "ragtrace_queue_oldest_age_seconds", "Age of the oldest queued record.", value=age or 0.0
+        )
+        yield CounterMetricFamily(
+            "ragtrace_queue_dropped", "Records refused because the queue was full.", value=self.queue.dropped
+        )
+        yield CounterMetricFamily(
+            "ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.", value=self.queue.corrupt
+        )
+
+
+_watched: "weakref.WeakKeyDictionary[CollectorRegistry, QueueCollector]" = weakref.WeakKeyDictionary()
+
+
+def watch_queue(registry: CollectorRegistry, queue: RecordQueue) -> QueueCollector:
+    """Export ``queue``'s depth, oldest age and drops from ``registry`` (once per registry; a later
+    call points the existing collector at the new queue)."""
+    existing = _watched.get(registry)
+    if existing is not None:
+        existing.queue = queue
+        return existing
+    collector = QueueCollector(queue)
+    registry.register(collector)
+    _watched[registry] = collector
+    return collector

@@ -1,0 +1,98 @@
+"""Redis plumbing shared by the queue, the assembly state and the judge budget.
+
+Each of those keeps working on a local fallback while Redis is unreachable; :class:`Breaker` is the
+one place that remembers the outage (so callers skip a dead socket instead of waiting on it every
+time), retries after ``retry_interval`` and logs once per outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Errors meaning "Redis is not there right now" (BusyLoadingError, AOF replay after a restart, is a
+# ConnectionError subclass).
+UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+# Query options of a ragtrace Redis URL that redis-py does not understand.
+OUR_OPTIONS = frozenset({"prefix", "group", "buffer", "receivers"})
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """Separate our own query options (prefix, group, buffer, receivers) from what redis-py understands."""
+    parts = urlsplit(url)
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for k, v in parse_qsl(parts.query):
+        if k in OUR_OPTIONS:
+            ours[k] = v
+        else:
+            theirs.append((k, v))
+    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
+
+
+def key_prefix(url: str, default: str = "ragtrace") -> str:
+    """The key prefix named by ``?prefix=`` in ``url``."""
+    return split_url(url)[1].get("prefix", default)
+
+
+def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> "redis.Redis":
+    """A thread-safe client with short timeouts: callers degrade rather than hang on a dead Redis."""
+    base, _ = split_url(url)
+    return redis.Redis.from_url(
+        base,
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=timeout,
+        health_check_interval=15,
+        retry_on_timeout=False,
+    )
+
+
+class Breaker:
+    """Whether Redis is worth trying now: after a failure, not for ``retry_interval`` seconds.
+
+    Thread-safe. ``failed`` logs a warning naming ``what`` and ``fallback`` once per outage (not once
+    per call), ``recovered`` ends the outage early (e.g. a flush that reached Redis).
+    """
+
+    def __init__(self, what: str, fallback: str, retry_interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self.fallback = fallback
+        self.retry_interval = retry_interval
+        self.clock = clock
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        return self.clock() >= self._down_until
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            now = self.clock()
+            if now >= self._down_until:
+                log.warning("%s unreachable (%s); %s", self.what, exc, self.fallback)
+            self._down_until = now + self.retry_interval
+
+    def recovered(self) -> None:
+        with self._lock:
+            self._down_until = 0.0
+
+    def call(self, action: Callable[[], T], fallback: Callable[[], T]) -> T:
+        """``action()`` while Redis is available, ``fallback()`` when it is not or ``action`` finds it gone."""
+        if self.available():
+            try:
+                return action()
+            except UNAVAILABLE as exc:
+                self.failed(exc)
+        return fallback()

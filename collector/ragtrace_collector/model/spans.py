@@ -1,0 +1,101 @@
+"""The spans that cross stages: what the receivers keep of each span, grouped by trace.
+
+The receivers make them (:mod:`ragtrace_collector.receiver.decode`), assembly holds them until a
+trace completes (in memory, or as JSON in Redis) and the conventions read them into a record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATUS_ERROR = 2  # OTLP Status.code of a span that failed
+
+
+class SpanData:
+    """What the collector keeps of one span. Plain fields so it serialises to JSON for shared state."""
+
+    __slots__ = (
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "start",
+        "end",
+        "status_code",
+        "status_message",
+        "attrs",
+        "events",
+        "service",
+        "nbytes",
+    )
+
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_id: str,
+        name: str,
+        start: int,
+        end: int,
+        status_code: int = 0,
+        status_message: str = "",
+        attrs: dict[str, Any] | None = None,
+        events: list[tuple[str, dict[str, Any]]] | None = None,
+        service: str | None = None,
+        nbytes: int = 0,
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_id = parent_id  # "" for a root span
+        self.name = name
+        self.start = start  # unix nanoseconds
+        self.end = end
+        self.status_code = status_code  # 0 unset, 1 ok, 2 error
+        self.status_message = status_message
+        self.attrs = attrs if attrs is not None else {}
+        self.events = events if events is not None else []
+        self.service = service
+        self.nbytes = nbytes  # approximate memory held: attribute text plus a fixed overhead
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parent_id
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.start and self.end and self.end >= self.start:
+            return (self.end - self.start) / 1e9
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SpanData":
+        data = dict(data)
+        data["events"] = [(n, a) for n, a in data.get("events") or []]
+        return cls(**data)
+
+    def __repr__(self) -> str:
+        return f"SpanData({self.name!r}, trace={self.trace_id}, span={self.span_id}, parent={self.parent_id or None})"
+
+
+class DecodedRequest:
+    """Spans grouped by trace id, plus what was refused and why."""
+
+    __slots__ = ("traces", "accepted", "rejected", "errors")
+
+    def __init__(self) -> None:
+        self.traces: dict[str, list[SpanData]] = {}
+        self.accepted = 0
+        self.rejected = 0
+        self.errors: dict[str, int] = {}
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+    @property
+    def error_message(self) -> str:
+        """The partial-success message: what was refused, counted by reason."""
+        return "; ".join(f"{n} span(s) refused: {reason}" for reason, n in sorted(self.errors.items()))

@@ -1,0 +1,70 @@
+"""Where in-flight traces wait: the :class:`AssemblyState` contract and the types crossing it.
+
+Two implementations: :mod:`.memory` (one process) and :mod:`.redis_state` (several receivers share
+one Redis). The policy they follow (grace after the root, max wait, bounds, late spans) is written
+in the contract below.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from ragtrace_collector.model.spans import SpanData
+
+REASON_ROOT = "root"  # root span ended + grace
+REASON_MAX_WAIT = "max_wait"
+REASON_EVICTED = "evicted"  # in-flight bounds exceeded: completed early
+REASON_SHUTDOWN = "shutdown"
+
+
+@dataclass
+class CompletedTrace:
+    """A trace leaving assembly, with why it was considered complete."""
+
+    trace_id: str
+    spans: list[SpanData]
+    reason: str
+
+
+@dataclass
+class AddResult:
+    late_spans: int = 0
+    evicted: list[CompletedTrace] = field(default_factory=list)
+
+
+class AssemblyState(abc.ABC):
+    """In-flight traces waiting to complete.
+
+    Contract for implementations (in-process here; Redis for several receivers):
+
+    * ``add`` appends spans to a trace. Spans of a trace completed within the state's memory of
+      completed ids are late: they are not stored, and ``AddResult.late_spans`` counts them.
+      When the in-flight bounds are exceeded, the oldest traces (by first span) are removed and
+      returned in ``AddResult.evicted``. A root span among ``spans`` (``root_seen``) moves the
+      trace's deadline to ``now + grace`` if that is earlier than the current one.
+    * ``pop_due`` removes and returns traces whose deadline has passed, at most ``limit``; each
+      trace is returned once, even when several processes share the state.
+    * ``pop_all`` removes and returns every in-flight trace (shutdown).
+    * ``now`` is ``time.monotonic()`` seconds for the in-process state; implementations shared
+      between hosts use their own clock and may ignore it.
+    """
+
+    @abc.abstractmethod
+    def add(self, trace_id: str, spans: list[SpanData], nbytes: int, root_seen: bool, now: float) -> AddResult:
+        """Store ``spans`` (``nbytes`` encoded bytes) under ``trace_id``."""
+
+    @abc.abstractmethod
+    def pop_due(self, now: float, limit: int | None = None) -> list[CompletedTrace]:
+        """Traces whose completion deadline is ``<= now``, oldest deadline first."""
+
+    @abc.abstractmethod
+    def pop_all(self) -> list[CompletedTrace]:
+        """Everything in flight, with reason ``shutdown``."""
+
+    @abc.abstractmethod
+    def inflight(self) -> tuple[int, int]:
+        """(traces, bytes) currently held."""
+
+    def close(self) -> None:
+        """Release resources."""

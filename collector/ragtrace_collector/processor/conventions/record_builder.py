@@ -1,0 +1,111 @@
+"""One trace's spans → one :class:`RagRecord`, whichever convention wrote them.
+
+The request is the outermost pipeline span (ragtrace ``@pipeline``, an OpenInference CHAIN, an
+OpenLLMetry workflow) or else the root span; contexts come from the last reranker's output if there is
+one, otherwise from the retrievers in start order; answer, model, tokens and streaming timings come from
+the generator spans (the last one wins for text, tokens are summed); the conversation turns from the
+answering generator's prompt messages (see :func:`messages.conversation`). Each aspect is read by one
+extractor in :mod:`extractors` over the spans classified once by :func:`trace_spans.classify_spans`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.conventions.extractors import (
+    QuestionAnswer,
+    extract_context_scores,
+    extract_contexts,
+    extract_error,
+    extract_generation,
+    extract_labels,
+    extract_question_answer,
+    extract_request_facts,
+    extract_timings,
+    extract_turns,
+)
+from ragtrace_collector.processor.conventions.trace_spans import classify_spans
+
+_NO_TEXT: QuestionAnswer = {"user_input": None, "response": None}
+
+
+def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> RagRecord:
+    """Assemble a record from every span of a trace (any order, any mix of conventions).
+
+    ``full=False`` builds the cheap summary every record needs (latencies, tokens, model, names,
+    error, reference, sampling flag, context scores) and leaves out the texts (query, answer, context
+    contents and metadata): the collector builds the full record only for the sampled ones.
+    """
+    ts = classify_spans(spans)
+    qa = extract_question_answer(ts) if full else _NO_TEXT
+    fields: dict[str, Any] = {
+        "id": trace_id,
+        "trace_id": trace_id,
+        **qa,
+        **extract_generation(ts),
+        **extract_request_facts(ts),
+        **extract_timings(ts),
+        "error": extract_error(ts),
+    }
+    if not full:
+        return RecordSummary(scores=extract_context_scores(ts), metadata={}, **fields)  # type: ignore[return-value]
+    contexts = extract_contexts(ts)
+    return RagRecord.model_construct(
+        retrieved_contexts=contexts,
+        turns=extract_turns(ts, qa, contexts),
+        sampling_weight=1.0,
+        **extract_labels(ts),
+        **fields,
+    )
+
+
+class ScoredContext:
+    """A context in a summary: its score only."""
+
+    __slots__ = ("score",)
+
+    def __init__(self, score: float | None) -> None:
+        self.score = score
+
+
+class RecordSummary:
+    """The text-free summary of a record (``build_record(..., full=False)``): the attributes the latency
+    metrics and the sampler read, named as on :class:`RagRecord`, at a fraction of its cost."""
+
+    __slots__ = (
+        "id",
+        "trace_id",
+        "service",
+        "pipeline",
+        "user_input",
+        "response",
+        "reference",
+        "model",
+        "provider",
+        "input_tokens",
+        "output_tokens",
+        "ttft_seconds",
+        "tpot_seconds",
+        "request_duration_seconds",
+        "retrieval_duration_seconds",
+        "generation_duration_seconds",
+        "streamed",
+        "session_id",
+        "user_id",
+        "error",
+        "sample_requested",
+        "start_time_unix_nano",
+        "end_time_unix_nano",
+        "retrieved_contexts",
+        "metadata",
+        "sampling_weight",
+    )
+
+    def __init__(self, scores: list[float | None], metadata: dict[str, Any], **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self.retrieved_contexts = [ScoredContext(s) for s in scores]
+        self.metadata = metadata
+        self.sampling_weight = 1.0

@@ -1,0 +1,110 @@
+"""The sweep: completed traces → records → latency metrics (every record) → sampling → the queue.
+
+Called periodically by the service. Records are built a chunk at a time; the full texts (question,
+answer, contexts) are read only for the records the sampler selects. Sampled records are put on the
+queue from one background thread, so a slow queue never stalls the receivers sharing the event loop
+(while a put is under way, completed traces simply wait in assembly, which is bounded). When a sweep
+finds more than a chunk waiting it is *behind*; :meth:`Sweeper.behind_for` lets admission shed new
+requests until it catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.processor.assembly.assembler import Assembler
+from ragtrace_collector.processor.sampling.sampler import Sampler
+from ragtrace_collector.queue.base import RecordQueue
+
+log = logging.getLogger(__name__)
+
+# Reasons a built record is lost (label values of ``ragtrace_traces_dropped_total``)
+QUEUE_FULL = "queue_full"
+QUEUE_ERROR = "queue_error"
+ASSEMBLY_ERROR = "assembly_error"
+
+
+class SweepObserver(Protocol):
+    """What the sweep reports (implemented by :class:`ragtrace_collector.telemetry.ingest.IngestMetrics`)."""
+
+    def observe_record(self, record: RagRecord) -> None: ...
+
+    def dropped(self, pipeline: str | None, reason: str) -> None: ...
+
+
+class Sweeper:
+    """Turns what assembly completed into sampled, queued records."""
+
+    chunk = 512  # completed traces taken at a time: bounds what a sweep holds beyond assembly's bounds
+
+    def __init__(self, assembler: Assembler, sampler: Sampler, queue: RecordQueue, observer: SweepObserver) -> None:
+        self.assembler = assembler
+        self.sampler = sampler
+        self.queue = queue
+        self.observer = observer
+        self.behind_since: float | None = None  # loop time since which each sweep found more than a chunk
+        self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
+
+    def behind_for(self, now: float) -> float:
+        """Seconds the sweep has been behind (0 when caught up)."""
+        return 0.0 if self.behind_since is None else now - self.behind_since
+
+    async def run_once(self, everything: bool = False) -> int:
+        """Build, observe and sample every completed trace, a chunk at a time; returns records built."""
+        loop = asyncio.get_running_loop()
+        built = 0
+        while True:
+            completed = self.assembler.completed(limit=None if everything else self.chunk, everything=everything)
+            if len(completed) >= self.chunk and not everything:
+                if self.behind_since is None:
+                    self.behind_since = loop.time()
+            else:
+                self.behind_since = None
+            selected: list[RagRecord] = []
+            for item in completed:
+                try:
+                    summary = self.assembler.build(item, full=False)
+                    built += 1
+                    self.observer.observe_record(summary)
+                    if self.sampler.sample(summary):
+                        # texts (query, answer, contexts) are read only for the records that get scored
+                        record = self.assembler.build(item, full=True)
+                        record.sampling_weight = summary.sampling_weight
+                        selected.append(record)
+                except Exception:
+                    log.exception("could not assemble trace %s", item.trace_id)
+                    self.observer.dropped(None, ASSEMBLY_ERROR)
+            del completed
+            if selected:
+                await loop.run_in_executor(self._put_executor, self._put_all, selected)
+            if self.behind_since is None:
+                return built
+            await asyncio.sleep(0)  # let the receivers in between chunks
+
+    async def run(self, interval: float) -> None:
+        """Sweep every ``interval`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("assembly sweep failed")
+
+    def close(self) -> None:
+        """Wait for the last put to finish."""
+        self._put_executor.shutdown(wait=True)
+
+    def _put_all(self, records: list[RagRecord]) -> None:
+        for record in records:
+            try:
+                accepted = self.queue.put(record)
+            except Exception:
+                log.exception("queue put failed for trace %s", record.trace_id)
+                self.observer.dropped(record.pipeline, QUEUE_ERROR)
+                continue
+            if not accepted:
+                self.observer.dropped(record.pipeline, QUEUE_FULL)

@@ -1,0 +1,108 @@
+"""What both OTLP receivers share: auth, admission (load shedding), decoding outcome and counting.
+
+Admission bounds the requests being received at once, watches the event loop's lag (how late a
+periodic timer fires: the backlog of work the loop has not got to yet, whatever caused it), and asks
+downstream whether it is behind (records waiting to be built, assembly memory near its bound). When either
+is above its bound, new requests are refused at once (HTTP 503 + ``Retry-After``, gRPC
+``RESOURCE_EXHAUSTED``) so latency stays bounded and memory does not grow with the backlog; the OTel
+exporters retry those with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from typing import Callable
+
+from ragtrace_collector.config import LimitsConfig
+from ragtrace_collector.model.spans import DecodedRequest
+from ragtrace_collector.receiver.decode import extract_spans
+
+# Request outcomes (label ``status`` of ragtrace_otlp_requests_total)
+OK = "ok"
+PARTIAL = "partial"
+MALFORMED = "malformed"
+TRUNCATED = "truncated"
+TOO_LARGE = "too_large"
+UNAUTHENTICATED = "unauthenticated"
+OVERLOADED = "overloaded"
+UNSUPPORTED = "unsupported_media_type"
+INTERNAL = "internal_error"
+
+_LIMITS = LimitsConfig()  # the defaults are the config's (``limits`` section), written once there
+
+
+class Ingestor:
+    """Turns decoded OTLP requests into spans for the assembler, counting everything on the way."""
+
+    def __init__(
+        self,
+        sink: Callable[[DecodedRequest], None],
+        metrics=None,
+        bearer_token: str | None = None,
+        max_pending_requests: int = _LIMITS.max_pending_requests,
+        max_request_bytes: int = _LIMITS.max_request_bytes,
+        retry_after_seconds: int = _LIMITS.retry_after_seconds,
+        max_loop_lag_seconds: float | None = _LIMITS.max_loop_lag_seconds,
+        pressure: Callable[[], bool] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.metrics = metrics
+        self.bearer_token = bearer_token
+        self.max_pending = max(1, max_pending_requests)
+        self.max_request_bytes = max_request_bytes
+        self.retry_after_seconds = retry_after_seconds
+        self.pending = 0
+        self.max_loop_lag = max_loop_lag_seconds
+        self.loop_lag = 0.0  # seconds the event loop was late on its last check (see watch_loop_lag)
+        self.pressure = pressure  # downstream says it is behind (the record sweep, assembly memory)
+        self.expected_authorization = f"Bearer {bearer_token}".encode() if bearer_token else None
+
+    def authorized(self, header: str | None) -> bool:
+        """Constant-time check of an ``Authorization`` header (always true without a configured token)."""
+        if self.expected_authorization is None:
+            return True
+        if not header:
+            return False
+        return hmac.compare_digest(header.strip().encode(), self.expected_authorization)
+
+    def admit(self) -> bool:
+        """Take a slot for one request, or ``False`` when saturated; pair with :meth:`done`."""
+        if self.pending >= self.max_pending:
+            return False
+        if self.max_loop_lag is not None and self.loop_lag > self.max_loop_lag:
+            return False
+        if self.pressure is not None and self.pressure():
+            return False
+        self.pending += 1
+        return True
+
+    def done(self) -> None:
+        self.pending -= 1
+
+    async def watch_loop_lag(self, interval: float = 0.05) -> None:
+        """Run forever: measure how late the loop wakes up a timer of ``interval`` seconds.
+
+        The figure decays by 20% per tick rather than resetting, so one long stall keeps shedding
+        for a few ticks while the loop works through what piled up behind it.
+        """
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(interval)
+            late = max(0.0, time.perf_counter() - start - interval)
+            self.loop_lag = max(late, self.loop_lag * 0.8)
+
+    def count(self, transport: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.request(transport, status)
+
+    def ingest(self, request, transport: str) -> DecodedRequest:
+        """Keep the valid spans of a decoded ExportTraceServiceRequest; the result says what was refused."""
+        decoded = extract_spans(request)
+        if decoded.traces:
+            self.sink(decoded)
+        if self.metrics is not None:
+            self.metrics.spans(transport, decoded.accepted, decoded.errors)
+            self.metrics.request(transport, PARTIAL if decoded.rejected else OK)
+        return decoded

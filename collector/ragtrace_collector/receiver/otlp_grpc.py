@@ -1,0 +1,128 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` on ``grpc.aio``.
+
+Same rules as the HTTP receiver: bearer token in the ``authorization`` metadata (else
+``UNAUTHENTICATED``), the size limit (``RESOURCE_EXHAUSTED`` above it: checked and counted here up to
+twice the limit, gRPC's own ``max_receive_message_length`` refuses anything larger before it reaches
+us), ``RESOURCE_EXHAUSTED`` when saturated, ``INVALID_ARGUMENT`` for
+bytes that do not decode, partial success for refused spans. The method is registered with raw-bytes
+(de)serialisers so malformed payloads reach us and are counted; decoding is the same upb parse.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from ragtrace_collector.receiver import ingest as outcomes
+from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.decode import MalformedRequest, parse_protobuf
+
+log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+TRANSPORT = "grpc"
+
+
+class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    """The OTLP trace service; ``Export`` takes a decoded request (``ExportBytes`` the wire bytes)."""
+
+    def __init__(self, ingestor: Ingestor) -> None:
+        self.ingestor = ingestor
+
+    async def _gate(self, context: grpc.aio.ServicerContext) -> bool:
+        ing = self.ingestor
+        if ing.expected_authorization is not None:
+            header = None
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization":
+                    header = value
+                    break
+            if not ing.authorized(header):
+                ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        if not ing.admit():
+            ing.count(TRANSPORT, outcomes.OVERLOADED)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "collector saturated, retry later")
+        return True
+
+    def _respond(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
+        decoded = self.ingestor.ingest(request, TRANSPORT)
+        response = ExportTraceServiceResponse()
+        if decoded.rejected:
+            response.partial_success.rejected_spans = decoded.rejected
+            response.partial_success.error_message = decoded.error_message
+        return response
+
+    async def Export(self, request: ExportTraceServiceRequest, context) -> ExportTraceServiceResponse:  # noqa: N802
+        await self._gate(context)
+        try:
+            return self._respond(request)
+        finally:
+            self.ingestor.done()
+
+    async def ExportBytes(self, body: bytes, context) -> bytes:  # noqa: N802
+        ing = self.ingestor
+        await self._gate(context)
+        try:
+            if len(body) > ing.max_request_bytes:
+                ing.count(TRANSPORT, outcomes.TOO_LARGE)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "request exceeds the size limit")
+            try:
+                request = parse_protobuf(body)
+            except MalformedRequest as exc:
+                ing.count(TRANSPORT, outcomes.MALFORMED)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            try:
+                response = self._respond(request)
+            except Exception:
+                log.exception("failed to ingest an OTLP/gRPC request")
+                ing.count(TRANSPORT, outcomes.INTERNAL)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error while ingesting spans")
+            return response.SerializeToString()
+        finally:
+            ing.done()
+
+
+class OtlpGrpcReceiver:
+    """A ``grpc.aio`` server carrying :class:`TraceService`; ``start(host, port)`` returns the bound port."""
+
+    def __init__(self, ingestor: Ingestor) -> None:
+        self.ingestor = ingestor
+        self.service = TraceService(ingestor)
+        self.server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        limit = self.ingestor.max_request_bytes
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 2 * limit),
+                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {"Export": grpc.unary_unary_rpc_method_handler(self.service.ExportBytes)},
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        try:
+            bound = self.server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc's "Failed to bind" (address in use, no such address)
+            bound = 0
+        if not bound:
+            raise OSError(f"cannot bind OTLP/gRPC on {host}:{port} (address in use or not available)")
+        await self.server.start()
+        self.port = bound
+        return bound
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        if self.server is not None:
+            await self.server.stop(grace)
+            self.server = None

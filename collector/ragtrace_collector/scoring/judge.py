@@ -1,0 +1,234 @@
+"""The judge interface: the decisions metrics ask for, implemented by the LLM and embedded judges.
+
+A metric never talks to a model directly. It asks a :class:`Judge` for *decisions* (the claims
+in an answer, a verdict per claim, the relevance of each chunk...) and does the arithmetic
+itself, so the same arithmetic holds whichever judge answers (see the conformance tests).
+
+Contract for implementations:
+
+* Every method is ``async`` and may be called concurrently from many records.
+* A judge that cannot make a decision honestly raises :class:`JudgeUnsupported`; the
+  metric is then *skipped* with that reason, never scored.
+* A judge that tried and failed (timeouts, 429 after retries, unparseable replies after the
+  repair attempt) raises :class:`JudgeError`. ``retryable=True`` means the failure is the
+  judge's availability (the collector keeps the record queued and backs off), ``False`` means
+  this input cannot be judged (the record's result is an error).
+* Calls, tokens and cost are reported with :func:`record_usage`, which adds them to every
+  :func:`usage_scope` open in the current context; the engine opens one per metric.
+* Returned lists are aligned with their inputs (one verdict per claim, one flag per chunk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Iterator, Literal, Sequence
+
+from ragtrace_collector.model.result import JudgeUsage
+
+Verdict = Literal["yes", "no", "idk"]
+
+
+class JudgeUnsupported(Exception):
+    """This judge cannot make this kind of decision; the metric is skipped with the message."""
+
+
+class JudgeError(Exception):
+    """The judge failed to decide. ``retryable`` marks availability failures (outage, 429, timeout)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+_scopes: contextvars.ContextVar[tuple[JudgeUsage, ...]] = contextvars.ContextVar(
+    "ragtrace_judge_usage_scopes", default=()
+)
+
+
+@contextlib.contextmanager
+def usage_scope() -> Iterator[JudgeUsage]:
+    """Collect the usage of every judge call made inside this block (nested scopes all count)."""
+    usage = JudgeUsage()
+    token = _scopes.set(_scopes.get() + (usage,))
+    try:
+        yield usage
+    finally:
+        _scopes.reset(token)
+
+
+def record_usage(
+    calls: int = 0,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    cost_usd: float = 0.0,
+    cache_hits: int = 0,
+    errors: int = 0,
+) -> None:
+    """Report spending to every open :func:`usage_scope` (called by judge implementations)."""
+    delta = JudgeUsage(calls, prompt_tokens, completion_tokens, cost_usd, cache_hits, errors)
+    for scope in _scopes.get():
+        scope.add(delta)
+
+
+# --- decision types --------------------------------------------------------------------------
+
+
+@dataclass
+class ClaimVerdict:
+    """A statement and whether the given texts support it (``yes``), contradict or lack it (``no``)
+    or cannot tell (``idk``); ``evidence`` quotes what decided it, where the judge has it."""
+
+    statement: str
+    verdict: Verdict
+    reason: str = ""
+    evidence: str | None = None
+    confidence: float | None = None  # P(supported) where the judge is probabilistic
+
+
+@dataclass
+class GeneratedQuestion:
+    """A question generated back from an answer (Ragas answer relevancy)."""
+
+    question: str
+    noncommittal: bool = False
+
+
+@dataclass
+class StatementClassification:
+    """Answer statements against a reference (answer correctness)."""
+
+    tp: list[str] = field(default_factory=list)
+    fp: list[str] = field(default_factory=list)
+    fn: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ContextSentences:
+    """How many sentences the contexts hold, and which of them are relevant to the question."""
+
+    total: int
+    relevant: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SafetyVerdict:
+    """A critic's binary verdict for one safety category."""
+
+    category: str
+    unsafe: bool
+    reason: str = ""
+
+
+@dataclass
+class GEvalScore:
+    """A G-Eval score on ``[min_score, max_score]``; ``probabilities`` maps each candidate score to its
+    probability when the provider returned token log-probabilities (then the weighted score is used)."""
+
+    score: float
+    min_score: int = 1
+    max_score: int = 10
+    probabilities: dict[int, float] | None = None
+    reason: str = ""
+
+
+class Judge:
+    """Base class: every decision unsupported until an implementation overrides it.
+
+    ``name`` is the bounded label used in metrics (``local``, or the litellm model name).
+    """
+
+    name: str = "judge"
+
+    def _unsupported(self, what: str) -> JudgeUnsupported:
+        return JudgeUnsupported(f"judge '{self.name}' cannot decide {what}")
+
+    # claims and verdicts ---------------------------------------------------------------------
+    async def extract_claims(self, question: str, response: str) -> list[str]:
+        """Break the response into short, self-contained factual claims (pronouns resolved)."""
+        raise self._unsupported("claim extraction")
+
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
+        """One verdict per claim: is it supported by the contexts taken together?
+
+        ``question`` is the one the claims answer: a signal for judges that read it (the local
+        judge's model does), passed with every call so a verdict never depends on other records.
+        """
+        raise self._unsupported("claim verification")
+
+    async def verify_claims_per_context(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[list[ClaimVerdict]]:
+        """``result[j][i]``: is claim ``i`` supported by context ``j`` alone? (noise sensitivity)"""
+        return [await self.verify_claims(claims, [ctx], question) for ctx in contexts]
+
+    # relevancy --------------------------------------------------------------------------------
+    async def statement_relevance(self, question: str, response: str) -> list[ClaimVerdict]:
+        """The response's statements, each with whether it addresses the question."""
+        raise self._unsupported("statement relevance")
+
+    async def generate_questions(
+        self, response: str, contexts: Sequence[str], n: int = 3
+    ) -> list[GeneratedQuestion]:
+        """``n`` questions the response answers, each flagged non-committal when the answer evades."""
+        raise self._unsupported("question generation")
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-normalised sentence embeddings, one per text."""
+        raise self._unsupported("embeddings")
+
+    async def chunk_relevance(self, question: str, target: str, contexts: Sequence[str]) -> list[bool]:
+        """One flag per ranked chunk: was it useful in arriving at ``target`` (reference or answer)?"""
+        raise self._unsupported("chunk relevance")
+
+    async def relevant_context_sentences(self, question: str, contexts: Sequence[str]) -> ContextSentences:
+        """Split the contexts into sentences and pick those relevant to the question."""
+        raise self._unsupported("context sentence relevance")
+
+    # reference-based --------------------------------------------------------------------------
+    async def attribute_statements(self, reference: str, contexts: Sequence[str]) -> list[ClaimVerdict]:
+        """The reference's statements, each with whether the contexts support it (context recall)."""
+        raise self._unsupported("statement attribution")
+
+    async def extract_entities(self, text: str) -> list[str]:
+        """Named entities, numbers and dates in ``text``, deduplicated."""
+        raise self._unsupported("entity extraction")
+
+    async def classify_statements(self, question: str, response: str, reference: str) -> StatementClassification:
+        """Answer statements as TP (in reference), FP (not in reference); reference statements missing as FN."""
+        raise self._unsupported("statement classification")
+
+    # conversations, safety, custom criteria ----------------------------------------------------
+    async def extract_intentions(self, turns: Sequence[tuple[str, str]]) -> list[str]:
+        """What the user wanted across the conversation's (role, content) turns."""
+        raise self._unsupported("user intentions")
+
+    async def intentions_satisfied(
+        self, turns: Sequence[tuple[str, str]], intentions: Sequence[str]
+    ) -> list[ClaimVerdict]:
+        """One verdict per intention: did the assistant satisfy it?"""
+        raise self._unsupported("intention satisfaction")
+
+    async def safety_verdict(self, category: str, question: str, response: str, vote: int = 0) -> SafetyVerdict:
+        """One independent critic verdict (``vote`` numbers the independent asks) for a category."""
+        raise self._unsupported("safety")
+
+    async def geval_steps(self, name: str, criteria: str) -> list[str]:
+        """Evaluation steps for the criteria (generated once; callers cache them)."""
+        raise self._unsupported("G-Eval")
+
+    async def geval_score(
+        self, name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], min_score: int = 1, max_score: int = 10
+    ) -> GEvalScore:
+        """Score the fields against the steps, with score probabilities where available."""
+        raise self._unsupported("G-Eval")
+
+    async def choose(self, instruction: str, options: Sequence[str], fields: dict[str, str]) -> str:
+        """Pick one of ``options`` for a DAG decision node."""
+        raise self._unsupported("DAG decisions")
+
+    async def aclose(self) -> None:
+        """Release clients and models."""

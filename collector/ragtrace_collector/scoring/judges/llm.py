@@ -1,0 +1,523 @@
+"""LLMJudge: the judge interface answered by any chat model litellm reaches.
+
+Cheap by design: one call extracts the answer's claims *and* each claim's relevance to the
+question (faithfulness and answer relevancy share it); one call verifies all claims; one call
+judges all chunks; identical calls (same model, prompt, temperature) are answered from an LRU
+cache and concurrent identical calls share one request.
+
+Robust by design: temperature 0; JSON replies validated with pydantic and checked for alignment
+(one verdict per claim...), with one repair request quoting the validation error; retries with
+exponential backoff and jitter (or the provider's ``Retry-After``, capped) on 429, 5xx, timeouts and connection errors, then
+``JudgeError(retryable=True)``; other failures (400, 401, unparseable after repair) are
+``JudgeError(retryable=False)``. No score is ever invented from a failed reply. Every HTTP reply
+records its tokens and cost (``litellm.completion_cost``, 0 when the model's price is unknown)
+with :func:`record_usage`; failed attempts count as ``errors``; cache hits as ``cache_hits``.
+
+Safety votes: vote 0 runs at temperature 0; votes 1.. run at ``safety_vote_temperature`` (0.7)
+and carry their vote number in the prompt, so they are independent samples and never collapse
+into one cached call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import random
+import re
+from collections import OrderedDict
+from typing import Any, Callable, Sequence, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ragtrace_collector.scoring import prompts as P
+from ragtrace_collector.scoring.judge import (
+    ClaimVerdict, ContextSentences, GEvalScore, GeneratedQuestion, Judge, JudgeError, JudgeUnsupported,
+    SafetyVerdict, StatementClassification, record_usage,
+)
+from ragtrace_collector.scoring.text import split_sentences
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm  # noqa: E402  (after the env var: keeps the import offline)
+
+litellm.suppress_debug_info = True
+
+M = TypeVar("M", bound=BaseModel)
+
+_RETRYABLE_STATUS = {408, 409, 425, 429}
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, (litellm.exceptions.Timeout, litellm.exceptions.APIConnectionError,
+                        litellm.exceptions.RateLimitError, litellm.exceptions.ServiceUnavailableError,
+                        litellm.exceptions.InternalServerError)):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def parse_json_object(text: str) -> Any:
+    """The JSON object in a reply, tolerating code fences and prose around it."""
+    text = (text or "").strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    if fence:
+        text = fence.group(1).strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        start, end = text.find("{"), text.rfind("}")
+        if start >= 0 and end > start:
+            return json.loads(text[start : end + 1])
+        raise
+
+
+class _InvalidReply(Exception):
+    pass
+
+
+class LLMJudge(Judge):
+    """A judge backed by ``litellm.acompletion``.
+
+    ``model`` is a litellm model name (``gpt-4o-mini``, ``anthropic/claude-3-5-haiku-latest``,
+    ``ollama/llama3.1``, ``openai/<name>`` with ``base_url`` for any OpenAI-compatible server).
+    ``embedding_model`` (a litellm embedding model) serves embeddings; without it the local
+    ONNX embedder is used. ``backoff`` is the first retry delay in seconds (doubling, capped
+    at ``max_backoff``). ``extra_params`` are passed to every completion call.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 4,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 20.0,
+        embedding_model: str | None = None,
+        embedding_base_url: str | None = None,
+        cache_size: int = 4096,
+        json_mode: bool = True,
+        safety_vote_temperature: float = 0.7,
+        extra_params: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("LLMJudge needs a model name")
+        self.model = model
+        self.name = model
+        self.base_url = base_url
+        self.api_key = api_key
+        self.concurrency = max(1, int(concurrency))
+        self.timeout = float(timeout)
+        self.max_retries = max(0, int(max_retries))
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.embedding_model = embedding_model
+        self.embedding_base_url = embedding_base_url or base_url
+        self.cache_size = cache_size
+        self.json_mode = json_mode
+        self.safety_vote_temperature = safety_vote_temperature
+        self.extra_params = dict(extra_params or {})
+        self._cache: OrderedDict[str, tuple[BaseModel, Any]] = OrderedDict()
+        self._inflight: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        self._local_embedder: Any = None
+
+    # plumbing ---------------------------------------------------------------------------------
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(id(loop))
+        if sem is None:
+            self._semaphores = {id(loop): asyncio.Semaphore(self.concurrency)}  # drop closed loops' ones
+            sem = self._semaphores[id(loop)]
+        return sem
+
+    async def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run ``call`` under the concurrency limit with retries on availability failures."""
+        last: BaseException | None = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with self._semaphore():
+                    return await asyncio.wait_for(call(), timeout=self.timeout + 5.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                record_usage(errors=1)
+                if not _is_retryable(exc):
+                    raise JudgeError(f"{what} failed: {type(exc).__name__}: {_short(exc)}", retryable=False) from exc
+                last = exc
+                if attempt < self.max_retries:
+                    delay = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
+                    hinted = _retry_after(exc)
+                    if hinted is not None:  # the provider said when: wait that long (capped)
+                        delay = min(self.max_backoff, max(delay, hinted))
+                    await asyncio.sleep(delay)
+        raise JudgeError(
+            f"{what} failed after {self.max_retries + 1} attempts: {type(last).__name__}: {_short(last)}",
+            retryable=True,
+        ) from last
+
+    async def _complete(self, messages: list[dict[str, str]], temperature: float, logprobs: bool) -> Any:
+        kwargs: dict[str, Any] = dict(
+            model=self.model, messages=messages, temperature=temperature, timeout=self.timeout,
+            max_retries=0, num_retries=0, drop_params=True, **self.extra_params,
+        )
+        if self.base_url:
+            kwargs["api_base"] = self.base_url
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        if self.json_mode:
+            kwargs["response_format"] = {"type": "json_object"}
+        if logprobs:
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = 20
+        resp = await self._retrying(f"judge call to {self.model}", lambda: litellm.acompletion(**kwargs))
+        usage = _get(resp, "usage") or {}
+        try:
+            cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
+        except Exception:  # unknown model price: cost unknown, not an error
+            cost = 0.0
+        record_usage(
+            calls=1,
+            prompt_tokens=int(_get(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(_get(usage, "completion_tokens", 0) or 0),
+            cost_usd=cost if math.isfinite(cost) else 0.0,
+        )
+        return resp
+
+    async def ask(
+        self,
+        prompt: str,
+        schema: type[M],
+        check: Callable[[M], str | None] | None = None,
+        temperature: float = 0.0,
+        logprobs: bool = False,
+    ) -> tuple[M, Any]:
+        """Ask once (cached): the validated reply and the raw response (for log-probabilities).
+
+        ``check`` returns an error message when a schema-valid reply is still unusable (wrong
+        number of verdicts...); it triggers the repair request like a schema error.
+        """
+        key = hashlib.sha256(
+            json.dumps([self.model, prompt, schema.__name__, temperature, logprobs]).encode()
+        ).hexdigest()
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            record_usage(cache_hits=1)
+            return self._cache[key]  # type: ignore[return-value]
+        loop = asyncio.get_running_loop()
+        inflight = self._inflight.get(key)
+        if inflight is not None and inflight[0] is loop:
+            record_usage(cache_hits=1)
+            return await asyncio.shield(inflight[1])
+        future: asyncio.Future = loop.create_future()
+        self._inflight[key] = (loop, future)
+        try:
+            result = await self._ask_uncached(prompt, schema, check, temperature, logprobs)
+        except BaseException as exc:
+            if not future.done():
+                if isinstance(exc, asyncio.CancelledError):  # only the owner was cancelled, not its waiters
+                    exc = JudgeError("the identical call this one was waiting for was cancelled", retryable=True)
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: waiters re-raise it, nobody else must
+            raise
+        else:
+            future.set_result(result)
+            self._cache[key] = result
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return result
+        finally:
+            if self._inflight.get(key, (None, None))[1] is future:
+                del self._inflight[key]
+
+    async def _ask_uncached(self, prompt, schema, check, temperature, logprobs):
+        messages = [{"role": "system", "content": P.SYSTEM}, {"role": "user", "content": prompt}]
+        resp = await self._complete(messages, temperature, logprobs)
+        content = _content(resp)
+        try:
+            return self._validate(content, schema, check), resp
+        except _InvalidReply as first:
+            repair = messages + [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": (
+                    f"Your reply could not be used: {first}. Reply again with only the JSON object in the "
+                    "requested format, with every required field."
+                )},
+            ]
+            resp = await self._complete(repair, temperature, logprobs)
+            content = _content(resp)
+            try:
+                return self._validate(content, schema, check), resp
+            except _InvalidReply as second:
+                raise JudgeError(
+                    f"invalid judge reply after one repair attempt ({schema.__name__}): {second}; reply was: {content[:200]!r}",
+                    retryable=False,
+                ) from None
+
+    @staticmethod
+    def _validate(content: str, schema: type[M], check: Callable[[M], str | None] | None) -> M:
+        try:
+            data = parse_json_object(content)
+        except ValueError as exc:
+            raise _InvalidReply(f"not valid JSON ({exc})") from None
+        try:
+            parsed = schema.model_validate(data)
+        except ValidationError as exc:
+            errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+            raise _InvalidReply(f"JSON does not match the format ({errors})") from None
+        problem = check(parsed) if check else None
+        if problem:
+            raise _InvalidReply(problem)
+        return parsed
+
+    # decisions --------------------------------------------------------------------------------
+    async def _claims(self, question: str, response: str) -> P.ClaimsReply:
+        reply, _ = await self.ask(P.claims_prompt(question, response), P.ClaimsReply)
+        return reply
+
+    async def extract_claims(self, question: str, response: str) -> list[str]:
+        return [c.claim.strip() for c in (await self._claims(question, response)).claims if c.claim.strip()]
+
+    async def statement_relevance(self, question: str, response: str) -> list[ClaimVerdict]:
+        """The same call as :meth:`extract_claims` (cached): each claim with its relevance. A reply
+        that gave claims without relevance verdicts is an error, never read as "all relevant"."""
+        claims = [c for c in (await self._claims(question, response)).claims if c.claim.strip()]
+        if any(c.relevant is None for c in claims):
+            raise JudgeError("judge reply gave claims without their relevance verdicts", retryable=False)
+        return [ClaimVerdict(c.claim.strip(), c.relevant) for c in claims]  # type: ignore[arg-type]
+
+    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
+        """Support is judged against the contexts alone; the question is not part of the prompt."""
+        if not claims:
+            return []
+        reply, _ = await self.ask(P.verify_prompt(claims, contexts), P.VerdictsReply, _ids_check(len(claims), "verdicts"))
+        by_id = {v.id: v for v in reply.verdicts}
+        return [ClaimVerdict(c, by_id[i].verdict, by_id[i].reason) for i, c in enumerate(claims, 1)]
+
+    async def verify_claims_per_context(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[list[ClaimVerdict]]:
+        if not claims:
+            return [[] for _ in contexts]
+        n_ctx = len(contexts)
+
+        def check(r: P.SupportReply) -> str | None:
+            ids = {c.id for c in r.claims}
+            if not set(range(1, len(claims) + 1)) <= ids:
+                return f"expected an entry for each claim id 1..{len(claims)}"
+            bad = [j for c in r.claims for j in c.supported_by if not 1 <= j <= n_ctx]
+            return f"context ids out of range: {bad}" if bad else None
+
+        reply, _ = await self.ask(P.verify_per_context_prompt(claims, contexts), P.SupportReply, check)
+        support = {c.id: set(c.supported_by) for c in reply.claims}
+        return [
+            [ClaimVerdict(c, "yes" if j in support[i] else "no") for i, c in enumerate(claims, 1)]
+            for j in range(1, n_ctx + 1)
+        ]
+
+    async def generate_questions(self, response: str, contexts: Sequence[str], n: int = 3) -> list[GeneratedQuestion]:
+        def check(r: P.QuestionsReply) -> str | None:
+            return None if len(r.questions) >= 1 else "expected at least one question"
+
+        reply, _ = await self.ask(P.questions_prompt(response, contexts, n), P.QuestionsReply, check)
+        return [GeneratedQuestion(q.question, q.noncommittal) for q in reply.questions[:n]]
+
+    async def chunk_relevance(self, question: str, target: str, contexts: Sequence[str]) -> list[bool]:
+        if not contexts:
+            return []
+        reply, _ = await self.ask(
+            P.chunks_prompt(question, target, contexts), P.UsefulReply, _ids_check(len(contexts), "verdicts")
+        )
+        by_id = {v.id: v.useful for v in reply.verdicts}
+        return [by_id[j] for j in range(1, len(contexts) + 1)]
+
+    async def relevant_context_sentences(self, question: str, contexts: Sequence[str]) -> ContextSentences:
+        sentences = await asyncio.to_thread(lambda: [s for ctx in contexts for s in split_sentences(ctx)])
+        if not sentences:
+            return ContextSentences(total=0)
+
+        def check(r: P.SentencesReply) -> str | None:
+            bad = [i for i in r.relevant if not 1 <= i <= len(sentences)]
+            return f"sentence ids out of range 1..{len(sentences)}: {bad}" if bad else None
+
+        reply, _ = await self.ask(P.sentences_prompt(question, sentences), P.SentencesReply, check)
+        ids = sorted(set(reply.relevant))
+        return ContextSentences(total=len(sentences), relevant=[sentences[i - 1] for i in ids])
+
+    async def attribute_statements(self, reference: str, contexts: Sequence[str]) -> list[ClaimVerdict]:
+        reply, _ = await self.ask(P.attribute_prompt(reference, contexts), P.AttributionReply)
+        return [ClaimVerdict(s.statement, s.attributed, s.reason) for s in reply.statements]
+
+    async def extract_entities(self, text: str) -> list[str]:
+        reply, _ = await self.ask(P.entities_prompt(text), P.EntitiesReply)
+        return list(dict.fromkeys(e.strip() for e in reply.entities if e.strip()))
+
+    async def classify_statements(self, question: str, response: str, reference: str) -> StatementClassification:
+        reply, _ = await self.ask(P.classify_prompt(question, response, reference), P.ClassificationReply)
+        return StatementClassification(tp=reply.TP, fp=reply.FP, fn=reply.FN)
+
+    async def extract_intentions(self, turns: Sequence[tuple[str, str]]) -> list[str]:
+        reply, _ = await self.ask(P.intentions_prompt(turns), P.IntentionsReply)
+        return [i.strip() for i in reply.intentions if i.strip()]
+
+    async def intentions_satisfied(self, turns: Sequence[tuple[str, str]], intentions: Sequence[str]) -> list[ClaimVerdict]:
+        if not intentions:
+            return []
+        reply, _ = await self.ask(
+            P.intentions_satisfied_prompt(turns, intentions), P.VerdictsReply, _ids_check(len(intentions), "verdicts")
+        )
+        by_id = {v.id: v for v in reply.verdicts}
+        return [ClaimVerdict(t, by_id[i].verdict, by_id[i].reason) for i, t in enumerate(intentions, 1)]
+
+    async def safety_verdict(self, category: str, question: str, response: str, vote: int = 0) -> SafetyVerdict:
+        if category not in P.SAFETY_DEFINITIONS:
+            raise JudgeUnsupported(f"unknown safety category {category!r}")
+        temperature = 0.0 if vote == 0 else self.safety_vote_temperature
+        reply, _ = await self.ask(P.safety_prompt(category, question, response, vote), P.SafetyReply, temperature=temperature)
+        return SafetyVerdict(category, reply.unsafe, reply.reason)
+
+    async def geval_steps(self, name: str, criteria: str) -> list[str]:
+        reply, _ = await self.ask(P.geval_steps_prompt(name, criteria), P.StepsReply)
+        return [s.strip() for s in reply.steps if s.strip()]
+
+    async def geval_score(
+        self, name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], min_score: int = 1, max_score: int = 10
+    ) -> GEvalScore:
+        def check(r: P.ScoreReply) -> str | None:
+            return None if min_score <= r.score <= max_score else f"score must be within {min_score}-{max_score}"
+
+        reply, resp = await self.ask(
+            P.geval_score_prompt(name, criteria, steps, fields, min_score, max_score), P.ScoreReply, check, logprobs=True
+        )
+        return GEvalScore(
+            score=float(reply.score), min_score=min_score, max_score=max_score,
+            probabilities=score_probabilities(resp, min_score, max_score), reason=reply.reason,
+        )
+
+    async def choose(self, instruction: str, options: Sequence[str], fields: dict[str, str]) -> str:
+        def check(r: P.ChoiceReply) -> str | None:
+            return None if r.choice in options else f"choice must be one of {list(options)}"
+
+        reply, _ = await self.ask(P.choose_prompt(instruction, options, fields), P.ChoiceReply, check)
+        return reply.choice
+
+    # embeddings -------------------------------------------------------------------------------
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        texts = list(texts)
+        if not texts:
+            return []
+        if self.embedding_model:
+            return await self._remote_embed(texts)
+        return await self._local_embed(texts)
+
+    async def _remote_embed(self, texts: list[str]) -> list[list[float]]:
+        kwargs: dict[str, Any] = dict(model=self.embedding_model, input=texts, timeout=self.timeout, max_retries=0)
+        if self.embedding_base_url:
+            kwargs["api_base"] = self.embedding_base_url
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        resp = await self._retrying(f"embedding call to {self.embedding_model}", lambda: litellm.aembedding(**kwargs))
+        usage = _get(resp, "usage") or {}
+        record_usage(calls=1, prompt_tokens=int(_get(usage, "prompt_tokens", 0) or 0))
+        data = sorted(_get(resp, "data") or [], key=lambda d: _get(d, "index", 0))
+        vectors = [list(map(float, _get(d, "embedding"))) for d in data]
+        if len(vectors) != len(texts):
+            raise JudgeError(f"embedding reply has {len(vectors)} vectors for {len(texts)} texts")
+        return vectors
+
+    async def _local_embed(self, texts: list[str]) -> list[list[float]]:
+        if self._local_embedder is None:
+            try:
+                from ragtrace_collector.scoring.embeddings import LocalEmbedder
+            except ImportError as exc:
+                raise JudgeUnsupported(f"no embedding_model configured and the local embedder is unavailable: {exc}") from exc
+            try:
+                self._local_embedder = await asyncio.to_thread(LocalEmbedder.shared)
+            except Exception as exc:
+                raise JudgeUnsupported(f"no embedding_model configured and the local embedder failed to load: {exc}") from exc
+        arr = await asyncio.to_thread(self._local_embedder.embed, texts)
+        return [list(map(float, row)) for row in arr]
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a ``Retry-After`` header on the failed response, when there is one."""
+    candidates = (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+                  getattr(getattr(exc, "response", None), "headers", None))
+    for headers in candidates:
+        if not headers:
+            continue
+        try:
+            value = float(headers.get("retry-after"))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            return value
+    return None
+
+
+def _short(exc: BaseException | None) -> str:
+    text = str(exc) if exc is not None else ""
+    text = re.sub(r"\s+", " ", text).strip()
+    return text[:300]
+
+
+def _content(resp: Any) -> str:
+    choices = _get(resp, "choices") or []
+    if not choices:
+        return ""
+    message = _get(choices[0], "message")
+    return _get(message, "content", "") or ""
+
+
+def _ids_check(n: int, field: str) -> Callable[[Any], str | None]:
+    def check(reply: Any) -> str | None:
+        ids = [item.id for item in getattr(reply, field)]
+        missing = sorted(set(range(1, n + 1)) - set(ids))
+        if missing:
+            return f"expected one entry per id 1..{n} in '{field}', missing {missing}"
+        return None
+
+    return check
+
+
+def score_probabilities(resp: Any, lo: int, hi: int) -> dict[int, float] | None:
+    """Probabilities of each candidate score from the score token's top log-probabilities.
+
+    Finds the first integer token after ``"score"`` in the reply, reads its alternatives and
+    renormalises over those that are integers in [lo, hi]. ``None`` when the provider returned
+    no log-probabilities.
+    """
+    choices = _get(resp, "choices") or []
+    if not choices:
+        return None
+    lp = _get(choices[0], "logprobs")
+    entries = _get(lp, "content") if lp is not None else None
+    if not entries:
+        return None
+    seen = ""
+    for entry in entries:
+        token = str(_get(entry, "token", ""))
+        if "score" in seen and token.strip(" \":").isdigit():
+            probs: dict[int, float] = {}
+            for alt in _get(entry, "top_logprobs") or []:
+                t = str(_get(alt, "token", "")).strip(" \":")
+                if t.isdigit() and lo <= int(t) <= hi:
+                    probs[int(t)] = probs.get(int(t), 0.0) + math.exp(float(_get(alt, "logprob", -1e9)))
+            if not probs:
+                return None
+            total = sum(probs.values())
+            return {k: v / total for k, v in sorted(probs.items())}
+        seen += token
+    return None

@@ -1,0 +1,300 @@
+"""LocalJudge: the embedded offline judge (no network, no API key, no torch).
+
+Decisions it makes, and how:
+
+* claims: ``pysbd`` sentences of the response, compound sentences split (see :mod:`text`);
+* claim support (faithfulness, hallucination, noise sensitivity, context recall's attribution,
+  chunk usefulness): gradient-boosted trees over lexical coverage, novel numbers/dates/names,
+  conflicts, negation and (optionally) embedding features (:mod:`features`, :mod:`model`), trained
+  on the RAGTruth QA and HaluEval training split by ``scripts/train_local_judge.py``; P(supported)
+  is calibrated to claim frequencies; the verdict is ``yes`` when it reaches the threshold tuned so
+  that hallucinated = faithfulness < 1 has the best balanced accuracy; ``confidence`` is
+  P(supported), ``evidence`` the best context sentence, ``reason`` names what the contexts lack;
+* chunk usefulness (context precision, noise sensitivity): a chunk is useful for a target when it
+  alone supports at least one of the target's claims, not counting claims about the passages
+  themselves ("based on the passages...", "unable to answer..."), which any chunk backs;
+* embeddings and context-sentence relevance: all-MiniLM-L6-v2 (int8 ONNX) cosines, with the
+  question-to-sentence threshold calibrated at training time;
+* entities: capitalised spans and numbers (rules).
+
+Everything else (statement relevance, question generation, statement classification, safety,
+G-Eval, DAG, conversation intentions) raises :class:`JudgeUnsupported`, so those metrics are
+skipped with the reason, never faked.
+
+Usage accounting: each decision the judge works out (claim extraction, a batch of claim
+verdicts, chunk flags, embeddings...) is recorded with ``record_usage`` as one *call* with zero
+tokens and zero cost, so the collector's judge panels show how much the local judge decides.
+These are local computations, not paid or remote calls: tokens and cost stay 0 honestly.
+
+Configuration (argument → environment → default): ``embeddings`` /
+``RAGTRACE_LOCAL_JUDGE_EMBEDDINGS`` for claim support (default ``0``: the lexical model, which
+meets the ≥50 records/s target on 2 cores; ``1``: the model with embedding features, as accurate
+on the held-out split and about 15 times slower),
+``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``. Embeddings are always used where a decision is
+about meaning rather than support (``embed``, context-sentence relevance); the model loads on
+first use, once per process.
+
+CPU work (splitting, features, the model, embeddings and loading the embedding model) runs on
+one worker thread per judge, off the event loop, so a collector that scores and receives in one
+process keeps receiving while it scores. Every decision gets what it needs as arguments (the
+question comes with ``verify_claims``), so a verdict never depends on other records in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+from ragtrace_collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
+
+from . import text as T
+from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
+from .model import LocalJudgeParams
+
+R = TypeVar("R")
+
+_META_COLUMNS = [FEATURE_NAMES.index("meta_reference"), FEATURE_NAMES.index("no_information_claim")]
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[Any, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            value = self.data.get(key)
+            if value is not None:
+                self.data.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+class LocalJudge(Judge):
+    """The offline judge: see the module docstring for what it decides and how."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        embeddings: bool | None = None,
+        params_path: str | None = None,
+        embedder: Any = None,
+        cache_size: int = 512,
+    ) -> None:
+        self.use_embeddings = (
+            embeddings if embeddings is not None else _env_flag("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", False)
+        )
+        self.params = LocalJudgeParams.load(params_path or os.environ.get("RAGTRACE_LOCAL_JUDGE_PARAMS") or None)
+        self.model = self.params.models["embedding" if self.use_embeddings else "lexical"]
+        self._columns = self.model.columns(FEATURE_NAMES)
+        self._embedder = embedder
+        self._embedder_lock = threading.Lock()
+        self._indexes = _LRU(cache_size)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-local-judge")
+
+    # plumbing ---------------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., R], *args: Any) -> R:
+        """One decision on the judge's thread, recorded as one local call (no tokens, no cost)."""
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor, fn, *args)
+        record_usage(calls=1)  # here, not in the thread: usage scopes live in this task's context
+        return result
+
+    @property
+    def embedder(self) -> Any:
+        """The process-wide :class:`~ragtrace_collector.scoring.embeddings.LocalEmbedder` (loaded on first use)."""
+        with self._embedder_lock:
+            if self._embedder is None:
+                from ragtrace_collector.scoring.embeddings import EmbeddingModelError, LocalEmbedder
+
+                try:
+                    self._embedder = LocalEmbedder.shared()
+                except EmbeddingModelError as exc:
+                    # Without its model the judge cannot make embedding decisions: skip, say why.
+                    raise JudgeUnsupported(f"judge 'local' has no embedding model: {exc}") from exc
+            return self._embedder
+
+    def _index(self, contexts: Sequence[str]) -> ContextIndex:
+        key = tuple(contexts)
+        index = self._indexes.get(key)
+        if index is None:
+            index = ContextIndex.build(contexts)
+            if self.use_embeddings:
+                index.embeddings = self.embedder.embed(index.sentences)
+            self._indexes.put(key, index)
+        return index
+
+    # the claim-support model ------------------------------------------------------------------
+    def support(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[tuple[float, ClaimSupport]]:
+        """P(supported) and features of each claim against the contexts taken together (sync)."""
+        if not claims:
+            return []
+        index = self._index(contexts)
+        claim_emb = q_emb = None
+        if self.use_embeddings:
+            vectors = self.embedder.embed(list(claims) + [question])
+            claim_emb, q_emb = vectors[:-1], vectors[-1]
+        rows = claim_features(claims, question, index, claim_emb, q_emb, self.params.common_words)
+        if not rows:
+            return []
+        x = np.stack([r.features for r in rows])[:, self._columns]
+        probs = self.model.predict(x)
+        return [(float(p), r) for p, r in zip(probs, rows)]
+
+    def _verdicts(self, claims: Sequence[str], contexts: Sequence[str], question: str) -> list[ClaimVerdict]:
+        verdicts = []
+        for claim, (p, row) in zip(claims, self.support(claims, contexts, question)):
+            yes = p >= self.model.threshold
+            verdicts.append(
+                ClaimVerdict(
+                    statement=claim,
+                    verdict="yes" if yes else "no",
+                    reason=_reason(claim, p, row, contexts, yes),
+                    evidence=row.best_sentence,
+                    confidence=round(p, 6),
+                )
+            )
+        return verdicts
+
+    @staticmethod
+    def _require_contexts(contexts: Sequence[str]) -> list[str]:
+        kept = [c for c in contexts if c and c.strip()]
+        if not kept:
+            raise JudgeUnsupported("judge 'local' needs at least one non-empty context to verify against")
+        return kept
+
+    # Judge decisions --------------------------------------------------------------------------
+    async def extract_claims(self, question: str, response: str) -> list[str]:
+        """The response's sentences as claims (compound sentences split); [] for an empty response."""
+        if not (response or "").strip():
+            return []
+        return await self._run(lambda: [c.text for c in T.claims(response)])
+
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
+        """Verdicts from the claim-support model; the question is one of its signals."""
+        if not claims:
+            return []
+        kept = self._require_contexts(contexts)
+        return await self._run(self._verdicts, list(claims), kept, question or "")
+
+    async def verify_claims_per_context(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[list[ClaimVerdict]]:
+        question = question or ""
+
+        def each() -> list[list[ClaimVerdict]]:
+            return [self._verdicts(list(claims), [ctx], question) if ctx.strip() and claims else
+                    [ClaimVerdict(c, "no", "empty context", None, 0.0) for c in claims] for ctx in contexts]
+
+        return await self._run(each)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        texts = list(texts)
+        vectors = await self._run(lambda: self.embedder.embed(texts))  # first use loads the model: off the loop
+        return vectors.astype(float).tolist()
+
+    async def chunk_relevance(self, question: str, target: str, contexts: Sequence[str]) -> list[bool]:
+        """A chunk was useful for ``target`` when it alone supports at least one of target's claims."""
+        if not (target or "").strip():
+            raise JudgeUnsupported("judge 'local' found no statements in the target to relate chunks to")
+
+        def flags() -> list[bool]:
+            target_claims = [c.text for c in T.claims(target)]
+            if not target_claims:
+                raise JudgeUnsupported("judge 'local' found no statements in the target to relate chunks to")
+            out = []
+            for ctx in contexts:
+                if not ctx.strip():
+                    out.append(False)
+                    continue
+                # No question here: restating the question must not make an unrelated chunk useful.
+                # Statements about the passages themselves ("Based on the passages...", "Unable to
+                # answer from the given passages") are backed by any chunk, so they show no use.
+                out.append(any(
+                    p >= self.model.threshold and not row.features[_META_COLUMNS].any()
+                    for p, row in self.support(target_claims, [ctx], "")
+                ))
+            return out
+
+        return await self._run(flags)
+
+    async def relevant_context_sentences(self, question: str, contexts: Sequence[str]) -> ContextSentences:
+        """Context sentences whose cosine to the question reaches the calibrated threshold."""
+        if not (question or "").strip():
+            raise JudgeUnsupported("judge 'local' needs a question to judge context sentences against")
+        kept = self._require_contexts(contexts)
+
+        def pick() -> ContextSentences:
+            sentences = [s.text for ctx in kept for s in T.sentences(ctx)]
+            if not sentences:
+                return ContextSentences(total=0, relevant=[])
+            vectors = self.embedder.embed(sentences + [question])
+            cos = vectors[:-1] @ vectors[-1]
+            threshold = self.params.relevance_threshold
+            return ContextSentences(total=len(sentences), relevant=[s for s, c in zip(sentences, cos) if c >= threshold])
+
+        return await self._run(pick)
+
+    async def attribute_statements(self, reference: str, contexts: Sequence[str]) -> list[ClaimVerdict]:
+        """The reference's claims, each verified against the contexts with the claim-support model."""
+        if not (reference or "").strip():
+            return []
+        kept = self._require_contexts(contexts)
+        return await self._run(lambda: self._verdicts([c.text for c in T.claims(reference)], kept, ""))
+
+    async def extract_entities(self, text: str) -> list[str]:
+        """Capitalised spans (names, places, titles) and numbers, deduplicated (rule-based)."""
+        if not (text or "").strip():
+            return []
+        return await self._run(T.entities, text)
+
+    async def aclose(self) -> None:
+        self._executor.shutdown(wait=False)
+
+
+def _reason(claim: str, p: float, row: ClaimSupport, contexts: Sequence[str], supported: bool) -> str:
+    """Say what decided the verdict: the missing numbers, names or words, or the best match."""
+    if supported:
+        return f"supported (P={p:.2f}); best matching context sentence quoted as evidence"
+    joined = "\n".join(contexts).lower()
+    missing_numbers = sorted(n for n in T.numbers(claim) if n not in T.numbers(joined))
+    missing_names = [
+        name for name in T.capitalised_spans(claim)
+        if not all(w in joined for w in T.words(name) if w not in T.STOPWORDS)
+    ]
+    ctx_tokens = set(T.content_words(joined))
+    missing_words = [w for w in dict.fromkeys(T.content_words(claim)) if w not in ctx_tokens]
+    parts = []
+    if missing_numbers:
+        parts.append("numbers not in the contexts: " + ", ".join(missing_numbers))
+    if missing_names:
+        parts.append("names not in the contexts: " + ", ".join(missing_names))
+    if missing_words:
+        parts.append("words not in the contexts: " + ", ".join(missing_words[:8]))
+    if not parts:
+        parts.append("the contexts do not state it closely enough")
+    return f"unsupported (P={p:.2f}): " + "; ".join(parts)

@@ -1,0 +1,457 @@
+"""The scoring worker: lease sampled records, score them with the judge, record results once.
+
+Flow for one leased record:
+
+1. metrics to run = ``scoring.pipelines[record.pipeline]`` or ``scoring.metrics``, minus those the
+   results store already holds for this record (a redelivered record does not pay the judge twice);
+   on a shared queue, stored results that carry no cluster-wide scored mark (the worker died between
+   storing and marking them) are marked and counted now instead of being skipped;
+2. ``evaluate_record(record, metrics, judge, options)``;
+3. results are written to the results store with insert-or-ignore; only rows that were new reach
+   the Prometheus metrics and the ``gen_ai.evaluation.result`` events, so scoring is idempotent;
+4. the record is acked — unless a metric failed because the judge was *unavailable*
+   (``JudgeError(retryable=True)`` or a result with ``retryable``): then what did score is kept,
+   the record is released back to the queue with a delay, and the whole worker backs off
+   (exponentially, reset by the next success) instead of hammering a judge that is down.
+
+While a record is being scored its lease is renewed (``RecordQueue.extend``), so a slow
+judge does not get it redelivered mid-scoring. A record whose scoring raises something unexpected is released and retried; after
+``max_attempts`` deliveries its metrics are recorded as errors so a poison record cannot block
+the queue forever. ``stop(drain_timeout)`` stops leasing, lets in-flight records finish within the
+timeout and releases the rest at once, so nothing leased is lost on shutdown (and a kill -9 just
+lets their leases lapse).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol, Sequence
+
+from ragtrace_collector.scoring.results_store import ResultsStore
+from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import JudgeUsage
+from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeUnsupported
+from ragtrace_collector.scoring.options import ScoringOptions
+from ragtrace_collector.model.result import MetricResult
+
+log = logging.getLogger(__name__)
+
+Evaluate = Callable[[RagRecord, Sequence[str], Judge, Any], Awaitable[list[MetricResult]]]
+
+
+class ScoringObserver(Protocol):
+    """What the worker reports (implemented by :class:`ragtrace_collector.exporter.prometheus.EvalMetrics`)."""
+
+    def observe_results(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None:
+        """Results recorded for the first time (each is counted once, cluster-wide)."""
+
+    def observe_judge_latency(self, judge: str, seconds: float) -> None:
+        """One judge decision took ``seconds``."""
+
+    def judge_registered(self, judge: str) -> None:
+        """A judge is in use (its series exist from the start, at zero)."""
+
+    def judge_unavailable(self, judge: str) -> None:
+        """The judge could not be reached; a record went back to the queue."""
+
+    def record_released(self, reason: str) -> None:
+        """A record went back to the queue unscored, for ``reason``."""
+
+
+class ResultSink(Protocol):
+    """Somewhere else results go once recorded (e.g. ``gen_ai.evaluation.result`` events over OTLP).
+
+    ``emit`` must not block for long (sinks buffer); ``shutdown`` flushes within its own bound.
+    """
+
+    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class _Backoff:
+    """Exponential backoff with jitter, shared by every task of one worker (the judge is shared)."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.current = 0.0
+        self.until = 0.0
+
+    def failed(self) -> float:
+        """Note a failure; the delay grows once per window, not once per concurrent failure."""
+        now = time.monotonic()
+        if now < self.until:
+            return self.until - now
+        self.current = self.initial if self.current == 0.0 else min(self.maximum, self.current * 2)
+        delay = self.current * random.uniform(0.8, 1.2)
+        self.until = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.current = 0.0
+        self.until = 0.0
+
+    def remaining(self) -> float:
+        return max(0.0, self.until - time.monotonic())
+
+
+class TimedJudge(Judge):
+    """Wraps a judge to report how long each decision took (``ragtrace_judge_latency_seconds``).
+
+    Every async decision method of :class:`Judge` is timed and delegated; anything else (the
+    judge's own attributes) is read from the wrapped judge.
+    """
+
+    def __init__(self, inner: Judge, observer: ScoringObserver) -> None:
+        self._inner = inner
+        self._observer = observer
+        self.name = inner.name
+        observer.judge_registered(inner.name)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _timed(method_name: str) -> Callable[..., Awaitable[Any]]:
+    async def method(self: TimedJudge, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            result = await getattr(self._inner, method_name)(*args, **kwargs)
+        except JudgeUnsupported:
+            raise  # not a decision: the judge declined without working
+        except JudgeError:
+            self._observer.observe_judge_latency(self.name, time.perf_counter() - start)
+            raise
+        self._observer.observe_judge_latency(self.name, time.perf_counter() - start)
+        return result
+
+    method.__name__ = method_name
+    method.__doc__ = getattr(Judge, method_name).__doc__
+    return method
+
+
+for _name, _fn in inspect.getmembers(Judge, inspect.iscoroutinefunction):
+    if not _name.startswith("_") and _name != "aclose":
+        setattr(TimedJudge, _name, _timed(_name))
+
+
+class ScoringWorker:
+    """Scores queued records with at most ``concurrency`` in flight, until :meth:`stop`."""
+
+    def __init__(
+        self,
+        queue: RecordQueue,
+        judge: Judge,
+        store: ResultsStore,
+        metrics: ScoringObserver,
+        *,
+        metrics_for: Callable[[RagRecord], Sequence[str]],
+        evaluate: Evaluate,
+        options: ScoringOptions | None = None,
+        events: ResultSink | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 120.0,
+        poll_interval: float = 0.2,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        max_attempts: int = 10,
+        judge_name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("scoring concurrency must be at least 1")
+        self.queue = queue
+        self.judge = judge
+        self.judge_name = judge_name or judge.name
+        self.store = store
+        self.metrics = metrics
+        self.metrics_for = metrics_for
+        self.evaluate = evaluate
+        self.options = options
+        self.events = events
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.backoff = _Backoff(backoff_initial, backoff_max)
+        self.on_usage: Callable[[JudgeUsage], None] | None = None  # e.g. the sampler's token budget
+        self._inflight: dict[asyncio.Task[None], Leased] = {}
+        self._keys: dict[str, list[Any]] = {}  # record key -> [lock, deliveries holding or awaiting it]
+        self._commits: set[asyncio.Future[None]] = set()
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Lease and score until :meth:`stop` is called."""
+        self._running = asyncio.current_task()
+        while not self._stopping.is_set():
+            wait = self.backoff.remaining()
+            if wait > 0:
+                await self._sleep(wait)
+                continue
+            free = self.concurrency - len(self._inflight)
+            if free <= 0:
+                await self._sleep(self.poll_interval)
+                continue
+            try:
+                leased = await asyncio.to_thread(self.queue.lease, free, self.lease_seconds)
+            except Exception as exc:
+                log.warning("leasing from the queue failed, retrying: %s", exc)
+                await self._sleep(max(self.poll_interval, 1.0))
+                continue
+            if self._stopping.is_set():
+                for item in leased:
+                    await self._release(item, 0.0, "shutdown")
+                break
+            for item in leased:
+                task = asyncio.create_task(self._process(item))
+                self._inflight[task] = item
+                task.add_done_callback(self._done)
+            if len(leased) < free:
+                await self._sleep(self.poll_interval)
+
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        """Stop leasing; give in-flight records ``drain_timeout`` seconds, release the rest."""
+        self._stopping.set()
+        self._wake.set()
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=max(0.0, drain_timeout))
+        leftover = dict(self._inflight)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.gather(*leftover, return_exceptions=True)
+            for item in leftover.values():
+                await self._release(item, 0.0, "shutdown")  # a no-op for one its commit acks
+        if self._commits:
+            await asyncio.wait(list(self._commits), timeout=10.0)
+        if self._running is not None and self._running is not asyncio.current_task():
+            try:
+                await asyncio.wait_for(self._running, timeout=max(1.0, self.poll_interval * 5))
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.events is not None:
+            await asyncio.to_thread(self.events.shutdown)
+        try:
+            await self.judge.aclose()
+        except Exception as exc:  # closing must not mask the shutdown
+            log.warning("closing the judge failed: %s", exc)
+        await asyncio.to_thread(self.store.close)
+
+    def wake(self) -> None:
+        """Look at the queue now instead of at the next poll (e.g. right after a put)."""
+        self._wake.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scoring task failed", exc_info=task.exception())
+        self._wake.set()
+
+    # -- one record ----------------------------------------------------------------------------
+    async def _process(self, item: Leased) -> None:
+        record = item.record
+        if not record.key:
+            # No trace id and no row id: key it by content so idempotency still holds.
+            digest = hashlib.sha256(record.model_dump_json().encode()).hexdigest()[:32]
+            record = item.record = record.model_copy(update={"id": f"sha256:{digest}"})
+        # Two deliveries of one record (a retried put, a lapsed lease) take turns in this worker: the
+        # second then finds the first's results stored and marked, rather than stored and not yet
+        # marked, which it would take for a crashed worker's and count a second time.
+        entry = self._keys.setdefault(record.key, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                await self._score(item)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._keys[record.key]
+
+    async def _score(self, item: Leased) -> None:
+        record = item.record
+        wanted = list(dict.fromkeys(self.metrics_for(record)))
+        done, uncounted = await asyncio.to_thread(self._already_scored, record.key, wanted)
+        todo = [m for m in wanted if m not in done]
+        if not todo:
+            if uncounted:
+                await self._committed(item, [], uncounted)
+            else:
+                await asyncio.to_thread(self.queue.ack, item.receipt)
+            return
+        heartbeat = self._heartbeat(item)
+        try:
+            results = list(await self.evaluate(record, todo, self.judge, self.options))
+        except JudgeError as exc:
+            if exc.retryable:
+                await self._judge_unavailable(item, exc)
+                return
+            results = [MetricResult(m, "error", reason=str(exc)) for m in todo]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if item.attempts < self.max_attempts:
+                log.exception("scoring record %s failed (attempt %d), releasing it", record.key, item.attempts)
+                await self._release(item, self.backoff.initial, "error")
+                return
+            log.exception("scoring record %s failed %d times, recording errors", record.key, item.attempts)
+            results = [MetricResult(m, "error", reason=f"{type(exc).__name__}: {exc}") for m in todo]
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+
+        # Recording is not cancellable: once results are being stored, shutdown waits for the
+        # store, the metrics and the ack to happen together (a cancelled store-then-publish
+        # would leave stored rows that never reached the metrics).
+        await self._committed(item, results, uncounted)
+
+    async def _committed(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult]) -> None:
+        commit = asyncio.ensure_future(self._commit(item, results, uncounted))
+        self._commits.add(commit)
+        commit.add_done_callback(self._commits.discard)
+        await asyncio.shield(commit)
+
+    async def _commit(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult] = ()) -> None:
+        record = item.record
+        waiting = [r for r in results if r.status == "error" and r.retryable]
+        final = [r for r in results if not (r.status == "error" and r.retryable)]
+        new: list[bool] = []
+        if uncounted:
+            new += await asyncio.to_thread(self._claim, record.key, uncounted)
+        if final:
+            new += await asyncio.to_thread(self._record_results, record, final)
+        if new:  # one publication per delivery: the record counts once in records_scored and the budget
+            self._publish(record, list(uncounted) + final, new)
+        if waiting:
+            await self._judge_unavailable(item, JudgeError(waiting[0].reason or "judge unavailable", retryable=True))
+            return
+        self.backoff.succeeded()
+        await asyncio.to_thread(self.queue.ack, item.receipt)
+
+    def _heartbeat(self, item: Leased) -> asyncio.Task[None]:
+        """Renew the lease every third of its length while the judge works, so a slow judge does
+        not get the record redelivered (and paid for twice) mid-scoring."""
+
+        async def beat() -> None:
+            interval = max(0.05, self.lease_seconds / 3)
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    if not await asyncio.to_thread(self.queue.extend, item.receipt, self.lease_seconds):
+                        return  # lease lost: the results store still keeps the counting exact
+                except Exception as exc:
+                    log.warning("renewing the lease of %s failed: %s", item.record.key, exc)
+
+        return asyncio.create_task(beat())
+
+    def _already_scored(self, key: str, wanted: Sequence[str]) -> tuple[set[str], list[MetricResult]]:
+        """The metrics not to score again, and the stored results nobody has counted yet.
+
+        On a shared queue (cluster-wide ``scored_marks``) a metric is done when this worker's store
+        holds it or another worker marked it. A stored result without a mark is one this worker
+        stored and then crashed before marking: it comes back to be marked and counted now, or the
+        redelivery would skip it and it would never reach the metrics.
+        """
+        done = self.store.metrics_done(key)
+        if not isinstance(self.queue, SharedQueue):
+            return done, []
+        marks = self.queue.scored_marks
+        uncounted = [
+            _stored_result(row) for row in (self.store.get(key) if done else []) if marks.owner_of(key, row.metric) is None
+        ]
+        done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
+        return done, uncounted
+
+    def _claim(self, key: str, results: list[MetricResult]) -> list[bool]:
+        """Mark stored results as counted; ``True`` where this worker is the one to count them."""
+        assert isinstance(self.queue, SharedQueue)  # only stored-but-unmarked results of a shared queue get here
+        marks = self.queue.scored_marks
+        return [marks.first(key, r.metric) for r in results]
+
+    def _record_results(self, record: RagRecord, results: list[MetricResult]) -> list[bool]:
+        """Store results; a result is *new* when its row was inserted here and, on a shared queue
+        offering cluster-wide ``scored_marks`` (Redis), this worker is the first to claim it."""
+        new = self.store.add(record, results, self.judge_name)
+        if isinstance(self.queue, SharedQueue):
+            marks = self.queue.scored_marks
+            new = [is_new and marks.first(record.key, r.metric) for r, is_new in zip(results, new)]
+        return new
+
+    def _publish(self, record: RagRecord, results: list[MetricResult], new: list[bool]) -> None:
+        fresh = [r for r, is_new in zip(results, new) if is_new]
+        if not fresh:
+            return
+        self.metrics.observe_results(record, fresh, self.judge_name)
+        if self.on_usage is not None:
+            total = JudgeUsage()
+            for r in fresh:
+                total.add(r.usage)
+            try:
+                self.on_usage(total)
+            except Exception as exc:
+                log.warning("usage listener failed: %s", exc)
+        if self.events is not None:
+            try:
+                self.events.emit(record, fresh, self.judge_name)
+            except Exception as exc:  # events are best effort; the result is already recorded
+                log.warning("evaluation events not sent: %s", exc)
+
+    async def _judge_unavailable(self, item: Leased, exc: BaseException) -> None:
+        delay = self.backoff.failed()
+        log.warning("judge %s unavailable (%s); record %s back in the queue for %.1fs", self.judge_name, exc, item.record.key, delay)
+        self.metrics.judge_unavailable(self.judge_name)
+        await self._release(item, delay, None)
+
+    async def _release(self, item: Leased, delay: float, reason: str | None) -> None:
+        try:
+            await asyncio.to_thread(self.queue.release, item.receipt, delay)
+        except Exception as exc:  # the lease will lapse and the record come back anyway
+            log.warning("releasing record %s failed: %s", item.record.key, exc)
+        if reason is not None:
+            self.metrics.record_released(reason)
+
+
+def _stored_result(row: Any) -> MetricResult:
+    """A results-store row as the result it was stored from (judge usage is not stored)."""
+    return MetricResult(
+        row.metric, row.status, score=row.score, reason=row.reason, details=dict(row.details or {}),
+        higher_is_better=bool(row.higher_is_better), label=row.label,
+    )
+
+
+def metrics_selector(default: Sequence[str], per_pipeline: dict[str, list[str]]) -> Callable[[RagRecord], list[str]]:
+    """The metric list for a record: its pipeline's override, else the default list."""
+    default = list(default)
+
+    def select(record: RagRecord) -> list[str]:
+        if record.pipeline is not None and record.pipeline in per_pipeline:
+            return list(per_pipeline[record.pipeline])
+        return default
+
+    return select

@@ -1,0 +1,217 @@
+"""One collector process: receivers → assembler → sampler → queue, the scoring worker, and ``/metrics``.
+
+Everything runs in one asyncio loop. The receivers only decode and hand spans to the assembler; a
+periodic sweep builds the records of completed traces, observes their latency metrics (every record),
+samples them, and puts the sampled ones on the queue from a single background thread, so a slow queue
+never stalls the receivers (while a put is under way, completed traces simply wait in assembly, which
+is bounded). With ``role`` ``all`` or ``worker`` the scoring worker (``ragtrace_collector.scoring.worker``) leases from
+the same queue in the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
+from ragtrace_collector.config import CollectorConfig
+from ragtrace_collector.telemetry.ingest import IngestMetrics
+from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
+from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.queue.base import RecordQueue, ReportsMetrics
+from ragtrace_collector.service.scoring import build_worker
+from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
+from ragtrace_collector.processor.sweep import Sweeper
+
+log = logging.getLogger(__name__)
+
+
+def metrics_response(registry: CollectorRegistry, accept: str | None) -> web.Response:
+    """``/metrics`` with content negotiation: OpenMetrics (with exemplars) when the scraper asks for it."""
+    encoder, content_type = choose_encoder(accept or "")
+    return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+
+
+class CollectorApp:
+    """The collector's process composition. Pass port 0 in the config to bind any free port;
+    ``http_port``/``grpc_port``/``metrics_port`` give the bound ones after :meth:`start`."""
+
+    def __init__(self, config: CollectorConfig, registry: CollectorRegistry | None = None, queue=None) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = IngestMetrics(self.registry)
+        self.queue = queue  # opened from config in start() unless given
+        self._own_queue = queue is None
+        self.assembler: Assembler | None = None
+        self.sampler: Sampler | None = None
+        self.sweeper: Sweeper | None = None
+        self.ingestor: Ingestor | None = None
+        self.http: OtlpHttpReceiver | None = None
+        self.grpc: OtlpGrpcReceiver | None = None
+        self.worker = None
+        self._worker_task: asyncio.Task | None = None
+        self._sweep_task: asyncio.Task | None = None
+        self._lag_task: asyncio.Task | None = None
+        self.budget = None
+        self._metrics_runner: web.AppRunner | None = None
+        self._metrics_port: int | None = None
+        self._ready = False
+        self._stopping = False
+
+    # --- ports ---
+    @property
+    def http_port(self) -> int | None:
+        return self.http.port if self.http is not None else None
+
+    @property
+    def grpc_port(self) -> int | None:
+        return self.grpc.port if self.grpc is not None else None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics_port
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stopping
+
+    # --- lifecycle ---
+    def _open_queue(self):
+        from ragtrace_collector.queue import open_queue
+
+        url = self.config.queue_url
+        if url.startswith("sqlite:"):
+            Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
+        return open_queue(url, self.config.queue.max_depth)
+
+    async def start(self) -> None:
+        cfg = self.config
+        if self.queue is None:
+            self.queue = self._open_queue()
+        if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
+            self.queue.register_metrics(self.registry)
+        if cfg.runs_receiver:
+            self.assembler = Assembler(state_from_config(cfg.assembly), observer=self.metrics)
+            self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+            self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
+            self.ingestor = Ingestor(
+                self.assembler.add,
+                self.metrics,
+                bearer_token=cfg.auth.bearer_token,
+                max_pending_requests=cfg.limits.max_pending_requests,
+                max_request_bytes=cfg.limits.max_request_bytes,
+                retry_after_seconds=cfg.limits.retry_after_seconds,
+                max_loop_lag_seconds=cfg.limits.max_loop_lag_seconds,
+                pressure=self._under_pressure,
+            )
+            self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
+            if cfg.listen.http_port is not None:
+                self.http = OtlpHttpReceiver(self.ingestor, ready=lambda: self.ready)
+                await self.http.start(cfg.listen.host, cfg.listen.http_port)
+            if cfg.listen.grpc_port is not None:
+                self.grpc = OtlpGrpcReceiver(self.ingestor)
+                await self.grpc.start(cfg.listen.host, cfg.listen.grpc_port)
+            self.sweeper = Sweeper(self.assembler, self.sampler, self.queue, self.metrics)
+            self._sweep_task = asyncio.create_task(
+                self.sweeper.run(cfg.assembly.sweep_interval_seconds), name="ragtrace-assembly-sweep"
+            )
+        if cfg.runs_worker:
+            self.worker = build_worker(cfg, self.registry, self.queue)
+            if self.budget is None:  # worker-only: no sampler, but the (shared) budget still hears the spending
+                self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+            # each scored record's judge usage is reported to the budget (the Redis one counts admitted
+            # records until their report arrives)
+            self.worker.on_usage = lambda usage, b=self.budget: b.add_judge_tokens(usage.total_tokens)
+            self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
+        if cfg.listen.metrics_port is not None:
+            await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)
+        self._ready = True
+        log.info(
+            "ragtrace collector up (role=%s): otlp/http %s, otlp/grpc %s, /metrics %s, queue %s",
+            cfg.role,
+            self.http_port,
+            self.grpc_port,
+            self.metrics_port,
+            cfg.queue_url,
+        )
+
+    async def _start_metrics(self, host: str, port: int) -> None:
+        app = web.Application()
+
+        async def handle_metrics(request: web.Request) -> web.Response:
+            # off the loop: collecting reads the queue (a Redis round trip, a SQLite lock), and a slow
+            # or unreachable backend must not stall the receivers sharing this loop
+            return await asyncio.to_thread(metrics_response, self.registry, request.headers.get("Accept"))
+
+        async def handle_health(request: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def handle_ready(request: web.Request) -> web.Response:
+            return web.Response(text="ready\n") if self.ready else web.Response(status=503, text="not ready\n")
+
+        app.router.add_get("/metrics", handle_metrics)
+        app.router.add_get("/healthz", handle_health)
+        app.router.add_get("/readyz", handle_ready)
+        self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._metrics_runner.setup()
+        site = web.TCPSite(self._metrics_runner, host, port, reuse_address=True)
+        await site.start()
+        self._metrics_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        """Stop receiving, flush every in-flight trace through sampling to the queue, stop the worker."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self.http is not None:
+            await self.http.stop()
+        if self.grpc is not None:
+            await self.grpc.stop(grace=min(1.0, drain_timeout))
+        for task in (self._sweep_task, self._lag_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.sweeper is not None:
+            await self.sweeper.run_once(everything=True)
+        if self.worker is not None:
+            try:
+                await self.worker.stop(drain_timeout)
+            except Exception:
+                log.exception("scoring worker did not stop cleanly")
+        if self._worker_task is not None:
+            if not self._worker_task.done():
+                self._worker_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker_task
+        if self.sweeper is not None:
+            self.sweeper.close()
+        if self.queue is not None and self._own_queue:
+            self.queue.close()
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+        if self.assembler is not None:
+            self.assembler.state.close()
+        if self.budget is not None:
+            self.budget.close()
+
+    # --- admission's view of downstream pressure ---
+    def _under_pressure(self) -> bool:
+        """Shed new OTLP requests while completed traces wait longer than the backlog bound to become
+        records, or assembly holds more than 90% of its trace or byte bound (rather than evicting)."""
+        limits, assembly = self.config.limits, self.config.assembly
+        if self.sweeper is not None and limits.max_loop_lag_seconds is not None:
+            if self.sweeper.behind_for(asyncio.get_running_loop().time()) > limits.max_loop_lag_seconds:
+                return True
+        if self.assembler is not None:
+            traces, nbytes = self.assembler.state.inflight()
+            return traces > 0.9 * assembly.max_inflight_traces or nbytes > 0.9 * assembly.max_inflight_bytes
+        return False

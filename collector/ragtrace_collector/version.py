@@ -1,0 +1,1 @@
+../../ragtrace/version.py

@@ -1,0 +1,105 @@
+"""``ragtrace-collector results``: worst records first, with unsupported claims and trace ids."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ragtrace_collector.cli import results as results_cmd
+from ragtrace_collector.scoring.results_store import ResultsStore
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import MetricResult
+from tests.support.paths import REPO
+
+
+
+def fill(path: Path) -> None:
+    store = ResultsStore(path)
+    for i, score in enumerate([0.9, 0.2, 0.45, 0.7]):
+        record = RagRecord(trace_id=f"{i + 1:032x}", pipeline="qa", user_input=f"question {i}", response=f"answer {i}")
+        details = {"unsupported": [f"claim {i}a", f"claim {i}b"]} if score < 0.5 else {"unsupported": []}
+        store.add(record, [MetricResult("faithfulness", "scored", score, details=details)], "local")
+    store.close()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    results_cmd.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_table_lists_worst_below_threshold(tmp_path):
+    fill(tmp_path / "r.sqlite")
+    out = io.StringIO()
+    rc = results_cmd.run(parse(["--metric", "faithfulness", "--below", "0.5", "--store", str(tmp_path / "r.sqlite")]), out)
+    text = out.getvalue()
+    assert rc == 0
+    assert text.index("0.200") < text.index("0.450")
+    assert "0.700" not in text and "0.900" not in text
+    assert f"trace_id={2:032x}" in text and "unsupported: claim 1a" in text and "question 1" in text
+
+
+def test_json_via_the_real_cli(tmp_path):
+    fill(tmp_path / "r.sqlite")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragtrace_collector.cli", "results", "--metric", "faithfulness", "--below", "0.5",
+         "--limit", "1", "--json", "--store", str(tmp_path / "r.sqlite")],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.strip().splitlines()
+    row = json.loads(line)
+    assert row["score"] == 0.2 and row["trace_id"] == f"{2:032x}"
+    assert row["unsupported_claims"] == ["claim 1a", "claim 1b"]
+
+
+def test_clear_errors(tmp_path, capsys):
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--store", str(tmp_path / "missing.sqlite")])) == 1
+    assert "no results store" in capsys.readouterr().err
+    fill(tmp_path / "r.sqlite")
+    assert results_cmd.run(parse(["--metric", "faithfulnes", "--store", str(tmp_path / "r.sqlite")])) == 1
+    assert "stored metrics: faithfulness" in capsys.readouterr().err
+    (tmp_path / "not-a-store.sqlite").write_text("plain text, not SQLite " * 100)
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--store", str(tmp_path / "not-a-store.sqlite")])) == 1
+    assert "is not a ragtrace results store" in capsys.readouterr().err
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--config", str(tmp_path / "missing.yaml")])) == 2
+    err = capsys.readouterr().err
+    assert "bad configuration" in err and "missing.yaml" in err
+
+
+def test_store_path_from_config(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    fill(data / "results.sqlite")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"data_dir: {data}\n")
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--config", str(cfg), "--json"]), out) == 0
+    assert len(out.getvalue().splitlines()) == 4
+
+
+def test_summary_with_weighted_mean(tmp_path):
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    store.add(RagRecord(trace_id="a" * 32, pipeline="qa"), [MetricResult("faithfulness", "scored", 1.0)], "local")
+    store.add(RagRecord(trace_id="b" * 32, pipeline="qa", sampling_weight=3.0),
+              [MetricResult("faithfulness", "scored", 0.0), MetricResult("bleu", "skipped", reason="no reference")], "local")
+    store.close()
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--json", "--store", str(path)]), out) == 0
+    rows = {r["metric"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert rows["faithfulness"]["scored"] == 2 and rows["faithfulness"]["mean"] == 0.5
+    assert rows["faithfulness"]["weighted_mean"] == 0.25  # (1*1 + 3*0) / 4
+    assert rows["bleu"]["skipped"] == 1 and rows["bleu"]["mean"] is None
+    table = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--store", str(path)]), table) == 0
+    assert "faithfulness" in table.getvalue() and "0.250" in table.getvalue()
+
+
+def test_metric_or_summary_is_required(tmp_path, capsys):
+    fill(tmp_path / "r.sqlite")
+    assert results_cmd.run(parse(["--store", str(tmp_path / "r.sqlite")])) == 2
+    assert "--summary" in capsys.readouterr().err

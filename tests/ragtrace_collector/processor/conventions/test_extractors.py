@@ -1,0 +1,256 @@
+"""Each extractor of a record's aspects, on the span fixtures of every convention."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ragtrace_collector.processor.conventions import build_record, documents, messages
+from ragtrace_collector.processor.conventions.extractors import (
+    extract_context_scores,
+    extract_contexts,
+    extract_error,
+    extract_generation,
+    extract_labels,
+    extract_question_answer,
+    extract_request_facts,
+    extract_timings,
+    extract_turns,
+)
+from ragtrace_collector.processor.conventions.trace_spans import TraceSpans, classify_spans
+from ragtrace_collector.receiver.decode import extract_spans
+
+from tests.support import span_fixtures as F
+from tests.support.span_fixtures import Spec
+
+
+def spans_of(specs: list[Spec]) -> list:
+    trace_id, request = F.to_request(specs)
+    return extract_spans(request).traces[trace_id]
+
+
+def classified(specs: list[Spec]) -> TraceSpans:
+    return classify_spans(spans_of(specs))
+
+
+# --- classification ---
+
+
+def test_classify_groups_by_role_and_picks_the_pipeline_span():
+    ts = classified(F.ragtrace_shaped())
+    assert ts.top is not None and ts.top.name == "support"
+    assert ts.request is ts.top
+    assert [s.name for s in ts.retrievers] == ["search"]
+    assert [s.name for s in ts.generators] == ["answer"]
+    assert ts.rerankers == ()
+    assert ts.request_first()[0].name == "support"
+    assert len(ts.request_first()) == len(ts.spans) == 3
+
+
+def test_classify_without_a_pipeline_span_falls_back_to_the_root():
+    spans = spans_of(F.openlit())
+    ts = classify_spans(list(reversed(spans)))  # any input order
+    assert ts.top is None
+    assert ts.request is ts.root and ts.root is not None and ts.root.name == "rag.request"
+    assert [s.name for s in ts.retrievers] == ["chroma.query"]  # OpenLIT vector-DB span
+    assert [s.start for s in ts.spans] == sorted(s.start for s in spans)
+    assert "generator_messages" not in vars(ts)  # messages are parsed on first use only
+
+
+# --- question and answer ---
+
+
+@pytest.mark.parametrize(
+    "fixture", [F.openinference_langchain, F.openinference_llamaindex, F.openllmetry, F.openlit, F.ragtrace_shaped]
+)
+def test_question_answer_in_every_convention(fixture):
+    assert extract_question_answer(classified(fixture())) == {"user_input": F.QUESTION, "response": F.ANSWER}
+
+
+def test_pipeline_input_wins_over_retriever_query_which_wins_over_the_prompt():
+    specs = F.ragtrace_shaped()
+    specs[0].attributes["input.value"] = "the pipeline's question"
+    assert extract_question_answer(classified(specs))["user_input"] == "the pipeline's question"
+    del specs[0].attributes["input.value"], specs[0].attributes["output.value"]
+    specs[1].attributes["gen_ai.retrieval.query.text"] = "the retriever's query"
+    qa = extract_question_answer(classified(specs))
+    assert qa == {"user_input": "the retriever's query", "response": F.ANSWER}  # answer: the generator's output
+
+
+# --- contexts ---
+
+
+def test_contexts_come_from_the_last_reranker_output():
+    contexts = extract_contexts(classified(F.openinference_llamaindex()))
+    assert [(c.id, c.score) for c in contexts] == [("doc-2", 5.0), ("doc-1", 4.0)]
+
+
+def test_contexts_come_from_retrievers_in_each_convention():
+    langchain = extract_contexts(classified(F.openinference_langchain()))
+    assert [c.content for c in langchain] == [d[1] for d in F.DOCS]
+    assert langchain[0].metadata == {"source": "doc-1.md"}
+    traceloop = extract_contexts(classified(F.openllmetry()))  # the retriever task's JSON output
+    assert [c.content for c in traceloop] == [d[1] for d in F.DOCS]
+    assert extract_contexts(classified(F.openlit())) == []
+
+
+def test_contexts_fall_back_to_the_generator_contexts():
+    specs = F.ragtrace_shaped(n_docs=0)
+    specs[2].attributes["ragtrace.generator.contexts"] = json.dumps([{"content": "from the generator", "id": "g1"}])
+    contexts = extract_contexts(classified(specs))
+    assert [(c.content, c.id) for c in contexts] == [("from the generator", "g1")]
+
+
+# --- context scores (summary) ---
+
+
+def test_context_scores_prefer_the_reranker_then_the_retrievers():
+    assert extract_context_scores(classified(F.openinference_llamaindex())) == [5.0, 4.0]
+    assert extract_context_scores(classified(F.ragtrace_shaped())) == [d[2] for d in F.DOCS]
+
+
+def test_context_scores_read_no_text(monkeypatch):
+    monkeypatch.setattr(documents, "retrieved_documents", pytest.fail)
+    monkeypatch.setattr(documents, "reranked_documents", pytest.fail)
+    assert extract_context_scores(classified(F.openinference_langchain())) == []  # no scores written
+
+
+# --- generation ---
+
+
+def test_generation_stats_of_the_ragtrace_sdk():
+    gen = extract_generation(classified(F.ragtrace_shaped()))
+    assert (gen["model"], gen["provider"]) == ("offline-extractive", "ragtrace")
+    assert (gen["input_tokens"], gen["output_tokens"]) == (30, 9)
+    assert (gen["ttft_seconds"], gen["tpot_seconds"], gen["streamed"]) == (0.004, 0.001, True)
+    assert gen["generation_duration_seconds"] is not None and gen["generation_duration_seconds"] >= 0.02
+
+
+def test_generation_stats_of_peer_conventions():
+    tl = extract_generation(classified(F.openllmetry()))
+    assert tl["model"] == "gpt-4o-mini-2024-07-18"  # the response model wins over the request model
+    assert (tl["provider"], tl["input_tokens"], tl["output_tokens"]) == ("openai", 40, 9)
+    lit = extract_generation(classified(F.openlit()))
+    assert lit["ttft_seconds"] == 0.012 and lit["generation_duration_seconds"] is not None
+    # no TPOT written: derived as OTel defines it, per token after the first
+    assert lit["tpot_seconds"] == pytest.approx((lit["generation_duration_seconds"] - 0.012) / 9)
+
+
+def test_tokens_are_summed_over_generators():
+    specs = F.ragtrace_shaped()
+    specs.append(Spec("second", 0, dict(specs[2].attributes, **{"gen_ai.usage.output_tokens": 1})))
+    gen = extract_generation(classified(specs))
+    assert (gen["input_tokens"], gen["output_tokens"]) == (60, 10)
+
+
+# --- request facts ---
+
+
+def test_request_facts_of_the_ragtrace_sdk():
+    specs = F.ragtrace_shaped(reference="two years")
+    specs[1].attributes["ragtrace.sample"] = True
+    facts = extract_request_facts(classified(specs))
+    assert facts == {
+        "pipeline": "support",
+        "service": "svc",
+        "session_id": "s-1",
+        "user_id": "u-1",
+        "reference": "two years",
+        "sample_requested": True,
+    }
+
+
+def test_request_facts_of_peer_conventions():
+    tl = extract_request_facts(classified(F.openllmetry()))
+    assert (tl["pipeline"], tl["session_id"], tl["user_id"]) == ("rag_answer", "sess-tl", "user-tl")
+    lc = extract_request_facts(classified(F.openinference_langchain()))
+    assert lc["pipeline"] == "RetrievalQA"  # no pipeline name attribute: the chain span's name
+    assert lc["sample_requested"] is False and lc["reference"] is None
+
+
+# --- error ---
+
+
+def test_error_of_the_request_span():
+    assert extract_error(classified(F.ragtrace_shaped(error="boom"))) == "RuntimeError: boom"
+    assert extract_error(classified(F.ragtrace_shaped())) is None
+
+
+def test_error_of_a_failed_child_span():
+    specs = F.openinference_langchain()
+    specs[1].error = "index offline"
+    assert extract_error(classified(specs)) == "RuntimeError: index offline"
+
+
+# --- timings ---
+
+
+def test_timings():
+    ts = classified(F.ragtrace_shaped())
+    times = extract_timings(ts)
+    request, retrieval = times["request_duration_seconds"], times["retrieval_duration_seconds"]
+    assert request is not None and retrieval is not None
+    assert retrieval >= 0.01 and request >= retrieval
+    assert times["start_time_unix_nano"] == min(s.start for s in ts.spans)
+    assert times["end_time_unix_nano"] == max(s.end for s in ts.spans)
+
+
+def test_timings_without_retrievers():
+    times = extract_timings(classified([Spec("only", None, {}, duration=0.001)]))
+    assert times["retrieval_duration_seconds"] is None and times["request_duration_seconds"] is not None
+
+
+# --- labels ---
+
+
+def test_labels_metadata_of_the_request_span():
+    labels = extract_labels(classified(F.openinference_langchain()))
+    assert labels == {"tags": [], "metadata": {"tenant": "acme"}}
+
+
+def test_labels_tags_are_merged_across_spans_and_conventions():
+    specs = F.ragtrace_shaped()
+    specs[0].attributes["ragtrace.tags"] = ["beta", "eu"]
+    specs[1].attributes["tag.tags"] = json.dumps(["eu", "kb-v2"])
+    assert extract_labels(classified(specs))["tags"] == ["beta", "eu", "kb-v2"]
+
+
+# --- conversation turns ---
+
+
+def test_turns_from_the_generator_prompt():
+    ts = classified(F.openinference_langchain())
+    qa = extract_question_answer(ts)
+    turns = extract_turns(ts, qa, extract_contexts(ts))
+    assert [(t.role, t.content) for t in turns] == [("user", F.QUESTION), ("assistant", F.ANSWER)]
+
+
+def test_no_turns_without_prompt_messages():
+    ts = classified(F.ragtrace_shaped())
+    assert extract_turns(ts, extract_question_answer(ts), extract_contexts(ts)) == []
+
+
+# --- composition ---
+
+
+def test_summary_reads_no_texts(monkeypatch):
+    spans = spans_of(F.openinference_langchain())
+    for module, name in [
+        (messages, "input_messages"),
+        (messages, "output_messages"),
+        (documents, "retrieved_documents"),
+        (documents, "reranked_documents"),
+        (documents, "generator_contexts"),
+    ]:
+        monkeypatch.setattr(module, name, pytest.fail)
+    summary = build_record("t", spans, full=False)
+    assert summary.user_input is None and summary.response is None
+    assert summary.model == "gpt-4o-mini" and summary.pipeline == "RetrievalQA"
+
+
+def test_summary_and_full_record_agree_on_the_shared_fields():
+    spans = spans_of(F.openinference_llamaindex())
+    full, summary = build_record("t", spans), build_record("t", spans, full=False)
+    for name in ("pipeline", "model", "input_tokens", "output_tokens", "request_duration_seconds", "error"):
+        assert getattr(summary, name) == getattr(full, name)
+    assert [c.score for c in summary.retrieved_contexts] == [c.score for c in full.retrieved_contexts]

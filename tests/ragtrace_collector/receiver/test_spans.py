@@ -1,0 +1,61 @@
+"""Decoded spans' byte estimate: what ``max_inflight_bytes`` bounds must track the memory they hold."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ragtrace_collector.receiver.decode import extract_spans
+from tests.support import span_fixtures as F
+
+
+def _request(decorate, n: int = 40):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    for i in range(n):
+        with tracer.start_as_current_span("llm") as span:
+            decorate(span, i)
+    return encode_spans(exporter.get_finished_spans())
+
+
+def _content_events(span, i):  # OpenLIT-style prompt event and an exception with its stack trace
+    span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": "user: " + "word " * 2000 + str(i)})
+    span.add_event("exception", {"exception.type": "E", "exception.stacktrace": "frame\n" * 500 + str(i)})
+
+
+def _array_attributes(span, i):
+    span.set_attribute("gen_ai.request.stop_sequences", [f"stop-{i}-{j}-" + "y" * 80 for j in range(100)])
+    span.set_attribute("llm.numbers", list(range(100)))
+
+
+@pytest.mark.parametrize("requests", [
+    pytest.param(lambda: [_request(_content_events)], id="content-events"),
+    pytest.param(lambda: [_request(_array_attributes)], id="array-attributes"),
+    pytest.param(lambda: [F.to_request(F.ragtrace_shaped())[1] for _ in range(30)], id="ragtrace"),
+    pytest.param(lambda: [F.to_request(F.openlit())[1] for _ in range(30)], id="openlit"),
+])
+def test_byte_estimate_tracks_python_memory(requests):
+    reqs = requests()
+    gc.collect()
+    # Only allocations made under our decoder count: threads left running by other tests (exporters,
+    # litellm's workers) allocate during the window too, and a plain before/after total picks that up.
+    ours = [tracemalloc.Filter(True, "*/ragtrace_collector/*", all_frames=True)]
+    tracemalloc.start(64)
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(ours)
+        decoded = [extract_spans(r) for r in reqs]
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(ours)
+    finally:
+        tracemalloc.stop()
+    held = sum(t.size for t in after.traces) - sum(t.size for t in before.traces)
+    estimate = sum(s.nbytes for d in decoded for spans in d.traces.values() for s in spans)
+    assert 0.8 * held <= estimate <= 1.3 * held, (estimate, held)

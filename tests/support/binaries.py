@@ -1,0 +1,60 @@
+"""Debian binaries the tests drive (prometheus, promtool, prometheus-alertmanager, amtool, redis-server).
+
+A test that needs one calls ``require(binary, package)``: it returns the binary's path, or skips the
+test with the Debian package to install, so a machine without them skips those tests and never fails
+them. ``needs(binary, package)`` is the same check as a ``skipif`` marker, for decorating a test.
+
+``make test`` installs the packages when it can (root with apt-get: ``scripts/install_test_deps.sh``);
+``make test-deps`` does only that.
+
+``RAGTRACE_TEST_HIDE_BINARIES=redis-server,promtool`` makes those binaries count as missing, to check
+that the tests needing them skip cleanly on a machine without them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+# Debian installs these under /usr/bin or /usr/sbin; a non-root PATH may lack /usr/sbin.
+_FALLBACK_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin")
+
+
+def _hidden() -> set[str]:
+    return {name.strip() for name in os.environ.get("RAGTRACE_TEST_HIDE_BINARIES", "").split(",") if name.strip()}
+
+
+def find(binary: str, *alternatives: str) -> str | None:
+    """Path of ``binary`` (or the first of ``alternatives`` found), else None."""
+    hidden = _hidden()
+    for name in (binary, *alternatives):
+        if name in hidden:
+            continue
+        path = shutil.which(name)
+        if path:
+            return path
+        for directory in _FALLBACK_DIRS:
+            candidate = os.path.join(directory, name)
+            if os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+def reason(binary: str, package: str) -> str:
+    """The skip reason for a missing binary, naming the Debian package that provides it."""
+    return f"{binary} not installed (Debian package {package}; `make test-deps` installs it)"
+
+
+def require(binary: str, package: str, *alternatives: str) -> str:
+    """Path of ``binary``; skips the calling test (or fixture) when it is not installed."""
+    path = find(binary, *alternatives)
+    if path is None:
+        pytest.skip(reason(binary, package))
+    return path
+
+
+def needs(binary: str, package: str, *alternatives: str) -> pytest.MarkDecorator:
+    """``require`` as a marker: ``@needs("promtool", "prometheus")``."""
+    return pytest.mark.skipif(find(binary, *alternatives) is None, reason=reason(binary, package))
