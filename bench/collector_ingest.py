@@ -114,7 +114,11 @@ def template_request(traces: int = TRACES_PER_REQUEST):
             attr(ret, f"retrieval.documents.{i}.document.content", text(DOC_BYTES))
             attr(ret, f"retrieval.documents.{i}.document.score", 0.9 - i * 0.1)
             attr(ret, f"retrieval.documents.{i}.document.metadata", json.dumps({"source": f"kb/{i}.md"}))
-        attr(ret, "gen_ai.retrieval.documents", json.dumps([{"id": f"doc-{t}-{i}", "score": 0.9 - i * 0.1} for i in range(5)]))
+        attr(
+            ret,
+            "gen_ai.retrieval.documents",
+            json.dumps([{"id": f"doc-{t}-{i}", "score": 0.9 - i * 0.1} for i in range(5)]),
+        )
         gen = ss.spans.add()
         gen.trace_id, gen.span_id, gen.parent_span_id, gen.name = tid, rng.randbytes(8), root_id, "answer"
         gen.start_time_unix_nano, gen.end_time_unix_nano = start + 121_000_000, start + 890_000_000
@@ -196,10 +200,28 @@ def start_collector(data_dir: str, sampling_rate: float, max_pending: int):
         "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "1.0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--role", "receiver", "--data-dir", data_dir,
-         "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics),
-         "--log-level", "WARNING"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "ragtrace_collector.cli",
+            "serve",
+            "--role",
+            "receiver",
+            "--data-dir",
+            data_dir,
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc_port),
+            "--metrics-port",
+            str(metrics),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -339,17 +361,25 @@ def main() -> int:
         wall_rate = spans_ok / res["elapsed"]
         per_core = spans_ok / max(1e-9, cpu1 - cpu0)
         rss_sustained = proc_rss_mb(proc.pid)
-        print(f"\n== sustainable (closed loop, {args.connections} connections, {res['spans_per_request']} spans/request) ==")
+        print(
+            f"\n== sustainable (closed loop, {args.connections} connections, {res['spans_per_request']} spans/request) =="
+        )
         print(f"  requests ok {ok}, statuses {res['statuses']}")
         print(f"  accepted        {wall_rate:>12,.0f} spans/s (wall)")
-        print(f"  per core        {per_core:>12,.0f} spans/s per collector CPU-second "
-              f"(cpu {cpu1 - cpu0:.1f}s over {res['elapsed']:.1f}s)   target >= 20,000")
-        print(f"  p50/p99 latency {pct(res['latencies'], 0.5) * 1000:8.1f} / {pct(res['latencies'], 0.99) * 1000:.1f} ms")
+        print(
+            f"  per core        {per_core:>12,.0f} spans/s per collector CPU-second "
+            f"(cpu {cpu1 - cpu0:.1f}s over {res['elapsed']:.1f}s)   target >= 20,000"
+        )
+        print(
+            f"  p50/p99 latency {pct(res['latencies'], 0.5) * 1000:8.1f} / {pct(res['latencies'], 0.99) * 1000:.1f} ms"
+        )
 
         sustainable_rps = ok / res["elapsed"]
         print("\n== open loop at multiples of the sustainable rate ==")
-        print(f"  {'load':>5} {'req/s':>7} {'sent':>6} {'200':>6} {'503':>6} {'other':>6} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'spans/s ok':>11} {'RSS MB':>7}")
+        print(
+            f"  {'load':>5} {'req/s':>7} {'sent':>6} {'200':>6} {'503':>6} {'other':>6} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'spans/s ok':>11} {'RSS MB':>7}"
+        )
         table = []
         rss_trend: dict[float, tuple[float, float]] = {}
         for mult in (0.5, 2.0):
@@ -371,21 +401,41 @@ def main() -> int:
             st = res["statuses"]
             sent = sum(st.values())
             other = sent - st.get(200, 0) - st.get(503, 0)
-            row = (mult, rps, sent, st.get(200, 0), st.get(503, 0), other, pct(res["latencies"], 0.5) * 1000,
-                   pct(res["latencies"], 0.99) * 1000, st.get(200, 0) * res["spans_per_request"] / res["elapsed"],
-                   proc_rss_mb(proc.pid))
+            row = (
+                mult,
+                rps,
+                sent,
+                st.get(200, 0),
+                st.get(503, 0),
+                other,
+                pct(res["latencies"], 0.5) * 1000,
+                pct(res["latencies"], 0.99) * 1000,
+                st.get(200, 0) * res["spans_per_request"] / res["elapsed"],
+                proc_rss_mb(proc.pid),
+            )
             table.append(row)
             print("  {:>4.1f}x {:>7.1f} {:>6} {:>6} {:>6} {:>6} {:>8.1f} {:>8.1f} {:>11,.0f} {:>7.0f}".format(*row))
         time.sleep(2.0)
         rss_end = proc_rss_mb(proc.pid)
-        print(f"\n== collector RSS ==\n  start {rss_start:.0f} MB, after sustained {rss_sustained:.0f} MB, "
-              f"after 2x overload + 2 s {rss_end:.0f} MB")
+        print(
+            f"\n== collector RSS ==\n  start {rss_start:.0f} MB, after sustained {rss_sustained:.0f} MB, "
+            f"after 2x overload + 2 s {rss_end:.0f} MB"
+        )
         for mult, (first, second) in rss_trend.items():
             print(f"  during {mult}x: max RSS first half {first:.0f} MB, second half {second:.0f} MB")
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
-            lines = [l for l in r.read().decode().splitlines()
-                     if l.startswith(("ragtrace_otlp_requests_total", "ragtrace_assembly_completed_total",
-                                      "ragtrace_late_spans_total", "ragtrace_traces_sampled_total"))]
+            lines = [
+                l
+                for l in r.read().decode().splitlines()
+                if l.startswith(
+                    (
+                        "ragtrace_otlp_requests_total",
+                        "ragtrace_assembly_completed_total",
+                        "ragtrace_late_spans_total",
+                        "ragtrace_traces_sampled_total",
+                    )
+                )
+            ]
         print("\n== collector counters ==")
         for line in lines:
             print("  " + line)

@@ -38,6 +38,7 @@ DEFAULT_METRICS = ("faithfulness", "answer_relevancy", "context_precision")
 
 # --- one rule book for plausible replies, used for both tools -----------------------------------
 
+
 def sentences(text: str) -> list[str]:
     parts = re.split(r"(?<=[.!?])\s+|\n+", text or "")
     return [p.strip() for p in parts if len(p.strip()) > 3]
@@ -68,22 +69,33 @@ def ragtrace_reply(prompt: str) -> dict[str, Any] | None:
     contexts = _tag_blocks(prompt, "context")
     if task == "extract_claims":
         response = (_tag_blocks(prompt, "response") or [""])[0]
-        return {"claims": [{"claim": s, "relevant": "yes" if words(s) & words(question) else "no"}
-                           for s in sentences(response)]}
+        return {
+            "claims": [
+                {"claim": s, "relevant": "yes" if words(s) & words(question) else "no"} for s in sentences(response)
+            ]
+        }
     if task == "verify_claims":
         joined = "\n".join(contexts)
-        return {"verdicts": [{"id": i, "verdict": "yes" if supported(c, joined) else "no", "reason": REASON}
-                             for i, c in enumerate(_tag_blocks(prompt, "claim"), 1)]}
+        return {
+            "verdicts": [
+                {"id": i, "verdict": "yes" if supported(c, joined) else "no", "reason": REASON}
+                for i, c in enumerate(_tag_blocks(prompt, "claim"), 1)
+            ]
+        }
     if task == "generate_questions":
         response = (_tag_blocks(prompt, "response") or [""])[0]
         first = (sentences(response) or ["the answer"])[0]
         n = int(re.search(r"Write (\d+) different questions", prompt).group(1))
-        return {"questions": [{"question": f"What does this say: {first[:80]}?", "noncommittal": False}
-                              for _ in range(n)]}
+        return {
+            "questions": [{"question": f"What does this say: {first[:80]}?", "noncommittal": False} for _ in range(n)]
+        }
     if task == "chunk_relevance":
         target = (_tag_blocks(prompt, "target") or [""])[0]
-        return {"verdicts": [{"id": i, "useful": bool(words(c) & words(target)), "reason": REASON}
-                             for i, c in enumerate(contexts, 1)]}
+        return {
+            "verdicts": [
+                {"id": i, "useful": bool(words(c) & words(target)), "reason": REASON} for i, c in enumerate(contexts, 1)
+            ]
+        }
     return {}
 
 
@@ -102,8 +114,12 @@ def ragas_reply(prompt: str) -> dict[str, Any] | None:
         return {"statements": sentences(data.get("answer", ""))}
     if kind == "NLIStatementOutput":
         ctx = data.get("context", "")
-        return {"statements": [{"statement": s, "reason": REASON, "verdict": int(supported(s, ctx))}
-                               for s in data.get("statements", [])]}
+        return {
+            "statements": [
+                {"statement": s, "reason": REASON, "verdict": int(supported(s, ctx))}
+                for s in data.get("statements", [])
+            ]
+        }
     if kind == "ResponseRelevanceOutput":
         first = (sentences(data.get("response", "")) or ["the answer"])[0]
         return {"question": f"What does this say: {first[:80]}?", "noncommittal": 0}
@@ -114,8 +130,12 @@ def ragas_reply(prompt: str) -> dict[str, Any] | None:
 
 def plausible_reply(body: dict[str, Any]) -> Any:
     messages = body.get("messages") or []
-    prompt = "\n".join(m.get("content") or "" if isinstance(m.get("content"), str) else
-                       "\n".join(p.get("text", "") for p in m["content"]) for m in messages)
+    prompt = "\n".join(
+        m.get("content") or ""
+        if isinstance(m.get("content"), str)
+        else "\n".join(p.get("text", "") for p in m["content"])
+        for m in messages
+    )
     for make in (ragtrace_reply, ragas_reply):
         reply = make(prompt)
         if reply is not None:
@@ -124,6 +144,7 @@ def plausible_reply(body: dict[str, Any]) -> Any:
 
 
 # --- the two sides ------------------------------------------------------------------------------
+
 
 def load_rows(n: int) -> list[dict[str, Any]]:
     path = SHARED / "data" / "ragtruth-qa-dev.jsonl"
@@ -137,15 +158,23 @@ def load_rows(n: int) -> list[dict[str, Any]]:
     return rows
 
 
-async def run_ragtrace(rows: list[dict[str, Any]], base_url: str, concurrency: int, variant: str | None) -> dict[str, Any]:
+async def run_ragtrace(
+    rows: list[dict[str, Any]], base_url: str, concurrency: int, variant: str | None
+) -> dict[str, Any]:
     from ragtrace_collector.model.record import RagRecord
     from ragtrace_collector.scoring.engine import evaluate_record
     from ragtrace_collector.model.result import JudgeUsage
     from ragtrace_collector.scoring.judges.llm import LLMJudge
     from ragtrace_collector.scoring.options import ScoringOptions
 
-    judge = LLMJudge("openai/judge", base_url=base_url, api_key="bench", concurrency=concurrency, timeout=60,
-                     embedding_model="openai/embedder" if variant in ("questions", "embedding") else None)
+    judge = LLMJudge(
+        "openai/judge",
+        base_url=base_url,
+        api_key="bench",
+        concurrency=concurrency,
+        timeout=60,
+        embedding_model="openai/embedder" if variant in ("questions", "embedding") else None,
+    )
     options = ScoringOptions(answer_relevancy_variant=variant)
     sem = asyncio.Semaphore(concurrency)
     usage = JudgeUsage()
@@ -165,7 +194,7 @@ async def run_ragtrace(rows: list[dict[str, Any]], base_url: str, concurrency: i
     return {"self_reported": usage, "per_metric": per_metric, "not_scored": failures}
 
 
-RAGAS_WORKER = r'''
+RAGAS_WORKER = r"""
 import json, os, sys, warnings
 warnings.filterwarnings("ignore")
 os.environ["RAGAS_DO_NOT_TRACK"] = "true"
@@ -187,7 +216,7 @@ res = evaluate(ds, metrics=[Faithfulness(), ResponseRelevancy(), LLMContextPreci
 df = res.to_pandas()
 print(json.dumps({"scores": {c: float(df[c].mean()) for c in df.columns if df[c].dtype.kind == "f"},
                   "nan": int(df.select_dtypes("float").isna().sum().sum())}))
-'''
+"""
 
 
 def run_ragas(rows: list[dict[str, Any]], base_url: str, python: str, concurrency: int) -> dict[str, Any]:
@@ -196,9 +225,13 @@ def run_ragas(rows: list[dict[str, Any]], base_url: str, python: str, concurrenc
         rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
         script = Path(tmp) / "ragas_worker.py"
         script.write_text(RAGAS_WORKER)
-        proc = subprocess.run([python, str(script), base_url, str(rows_file), str(concurrency)],
-                              capture_output=True, text=True, timeout=900,
-                              env={**os.environ, "RAGAS_DO_NOT_TRACK": "true"})
+        proc = subprocess.run(
+            [python, str(script), base_url, str(rows_file), str(concurrency)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "RAGAS_DO_NOT_TRACK": "true"},
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"ragas worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -221,8 +254,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--answer-relevancy-variant", choices=("statements", "questions", "embedding"), default=None,
-                        help="ragtrace's answer_relevancy variant (default: the judge's, statements for an LLM)")
+    parser.add_argument(
+        "--answer-relevancy-variant",
+        choices=("statements", "questions", "embedding"),
+        default=None,
+        help="ragtrace's answer_relevancy variant (default: the judge's, statements for an LLM)",
+    )
     parser.add_argument("--ragas-python", default=os.environ.get("RAGAS_PYTHON", "/tmp/ragas-venv/bin/python"))
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
@@ -250,13 +287,19 @@ def main() -> int:
             print(f"(Ragas side skipped: no interpreter at {args.ragas_python}; see the module docstring)")
 
     su = ours["self_reported"]
-    print(f"judge cost per record, default set {', '.join(DEFAULT_METRICS)}, {n} RAGTruth-QA rows, "
-          f"same scripted server (tokens = ceil(chars/4))")
+    print(
+        f"judge cost per record, default set {', '.join(DEFAULT_METRICS)}, {n} RAGTruth-QA rows, "
+        f"same scripted server (tokens = ceil(chars/4))"
+    )
     header = f"{'':28}{'ragtrace':>12}{'Ragas 0.4.3':>14}{'ratio':>9}"
     print(header)
     print("-" * len(header))
-    keys = [("chat_calls", "judge calls / record"), ("prompt_tokens", "prompt tokens / record"),
-            ("completion_tokens", "completion tokens / record"), ("embedding_calls", "embedding calls / record")]
+    keys = [
+        ("chat_calls", "judge calls / record"),
+        ("prompt_tokens", "prompt tokens / record"),
+        ("completion_tokens", "completion tokens / record"),
+        ("embedding_calls", "embedding calls / record"),
+    ]
     for key, label in keys:
         a = ours_t[key] / n
         if ragas_t:
@@ -269,14 +312,20 @@ def main() -> int:
     if ragas_t:
         total_b = (ragas_t["prompt_tokens"] + ragas_t["completion_tokens"]) / n
         print(f"{'total tokens / record':28}{total_a:>12.1f}{total_b:>14.1f}{total_a / total_b:>9.2f}")
-        print(f"wall time: ragtrace {ours_s:.1f} s, Ragas {ragas_s:.1f} s (incl. its import); "
-              f"Ragas mean scores {json.dumps({k: round(v, 3) for k, v in ragas_out['scores'].items()})}")
+        print(
+            f"wall time: ragtrace {ours_s:.1f} s, Ragas {ragas_s:.1f} s (incl. its import); "
+            f"Ragas mean scores {json.dumps({k: round(v, 3) for k, v in ragas_out['scores'].items()})}"
+        )
     else:
         print(f"{'total tokens / record':28}{total_a:>12.1f}")
-    print("ragtrace judge requests / record by metric (a shared decision counts on the metric that asked first): "
-          + ", ".join(f"{m} {u.calls / n:.1f}" for m, u in ours["per_metric"].items()))
-    print(f"ragtrace self-reported usage: {su.calls} calls, {su.prompt_tokens}+{su.completion_tokens} tokens "
-          f"incl. embeddings (server saw {ours_t['chat_calls']} chat + {ours_t['embedding_calls']} embedding calls); metrics not scored: {ours['not_scored']}")
+    print(
+        "ragtrace judge requests / record by metric (a shared decision counts on the metric that asked first): "
+        + ", ".join(f"{m} {u.calls / n:.1f}" for m, u in ours["per_metric"].items())
+    )
+    print(
+        f"ragtrace self-reported usage: {su.calls} calls, {su.prompt_tokens}+{su.completion_tokens} tokens "
+        f"incl. embeddings (server saw {ours_t['chat_calls']} chat + {ours_t['embedding_calls']} embedding calls); metrics not scored: {ours['not_scored']}"
+    )
     return 0
 
 

@@ -43,9 +43,18 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 import ragtrace  # noqa: E402
 from tests.support.net import free_port, wait_for_port  # noqa: E402
 
-DOCS = [{"id": f"doc-{i}", "content": ("lorem ipsum " * 100)[:1024], "score": 1.0 - i / 10,
-         "metadata": {"source": f"kb/{i}.md"}} for i in range(5)]
-OL_VENV = Path(os.environ.get("RAGTRACE_OPENLLMETRY_PYTHON", Path.home() / ".cache/ragtrace-bench/openllmetry/bin/python"))
+DOCS = [
+    {
+        "id": f"doc-{i}",
+        "content": ("lorem ipsum " * 100)[:1024],
+        "score": 1.0 - i / 10,
+        "metadata": {"source": f"kb/{i}.md"},
+    }
+    for i in range(5)
+]
+OL_VENV = Path(
+    os.environ.get("RAGTRACE_OPENLLMETRY_PYTHON", Path.home() / ".cache/ragtrace-bench/openllmetry/bin/python")
+)
 
 
 class NullExporter(SpanExporter):
@@ -93,13 +102,20 @@ def bench_calls(n: int) -> dict[str, float]:
     traced = ragtrace.retriever(name="search")(bare)
     traced_nocontent = ragtrace.retriever(name="search", capture_content=False)(bare)
     gc.collect()
-    out = interleaved_us({"bare call": bare, "raw OTel span, 5 attrs": raw, "@retriever 5x1KB docs": traced,
-                          "@retriever 5x1KB, capture off": traced_nocontent}, n)
+    out = interleaved_us(
+        {
+            "bare call": bare,
+            "raw OTel span, 5 attrs": raw,
+            "@retriever 5x1KB docs": traced,
+            "@retriever 5x1KB, capture off": traced_nocontent,
+        },
+        n,
+    )
     provider.shutdown()
     return out
 
 
-OL_SCRIPT = textwrap.dedent(r'''
+OL_SCRIPT = textwrap.dedent(r"""
     import gc, json, sys, time, logging
     logging.disable(logging.WARNING)
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -129,7 +145,7 @@ OL_SCRIPT = textwrap.dedent(r'''
     import importlib.metadata as md
     best["version"] = md.version("traceloop-sdk")
     print(json.dumps(best))
-''')
+""")
 
 
 def bench_openllmetry(n: int) -> dict | str:
@@ -143,11 +159,19 @@ def bench_openllmetry(n: int) -> dict | str:
     if OL_VENV.exists():
         candidates.append(str(OL_VENV))
     if not candidates:
-        return "not measured: traceloop-sdk not importable here and no venv at " + str(OL_VENV) + \
-               " (see this file's docstring for how it was made)"
+        return (
+            "not measured: traceloop-sdk not importable here and no venv at "
+            + str(OL_VENV)
+            + " (see this file's docstring for how it was made)"
+        )
     try:
-        out = subprocess.run([candidates[0], "-c", OL_SCRIPT, json.dumps(DOCS), str(n)], capture_output=True,
-                             text=True, timeout=600, cwd="/tmp")
+        out = subprocess.run(
+            [candidates[0], "-c", OL_SCRIPT, json.dumps(DOCS), str(n)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd="/tmp",
+        )
         if out.returncode != 0:
             return "not measured: " + out.stderr.strip().splitlines()[-1][:200]
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -187,7 +211,7 @@ def bench_streaming(rounds: int = 30) -> dict[str, float]:
     }
 
 
-SINK_SCRIPT = textwrap.dedent('''
+SINK_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[1])
     from tests.support.otlp_sink import OtlpSink
@@ -195,7 +219,7 @@ SINK_SCRIPT = textwrap.dedent('''
     s.start_http(int(sys.argv[2]))
     while True:
         time.sleep(3600)
-''')
+""")
 
 
 def start_sink(delay: float = 0.0) -> tuple[subprocess.Popen, int]:
@@ -242,9 +266,13 @@ def bench_export_cpu(n: int) -> dict[str, float]:
 
         quiet = ragtrace.retriever(name="retrieve_quiet", capture_content=False)(lambda query: DOCS)
         res = {}
-        for name, fn in (("bare request (no tracing)", bare_rag), ("raw OTel span, 5 attrs", raw),
-                         ("@retriever span 5x1KB", retrieve), ("@retriever 5x1KB, capture off", quiet),
-                         ("traced request (3 spans)", rag)):
+        for name, fn in (
+            ("bare request (no tracing)", bare_rag),
+            ("raw OTel span, 5 attrs", raw),
+            ("@retriever span 5x1KB", retrieve),
+            ("@retriever 5x1KB, capture off", quiet),
+            ("traced request (3 spans)", rag),
+        ):
             handle.force_flush(30)
             c0 = time.process_time()
             for i in range(n):
@@ -290,9 +318,15 @@ def bench_drops(seconds: float) -> dict[str, dict]:
             handle.shutdown(3)
             st = handle.stats()
             lost = st["spans_dropped"] + st["spans_failed"]
-            out[label] = {"achieved req/s": n / elapsed, "spans": st["spans_ended"], "dropped": st["spans_dropped"],
-                          "failed export": st["spans_failed"], "lost share": lost / max(1, st["spans_ended"]),
-                          "p50 ms": lat[len(lat) // 2] * 1e3, "p99 ms": lat[int(len(lat) * 0.99)] * 1e3}
+            out[label] = {
+                "achieved req/s": n / elapsed,
+                "spans": st["spans_ended"],
+                "dropped": st["spans_dropped"],
+                "failed export": st["spans_failed"],
+                "lost share": lost / max(1, st["spans_ended"]),
+                "p50 ms": lat[len(lat) // 2] * 1e3,
+                "p99 ms": lat[int(len(lat) * 0.99)] * 1e3,
+            }
         finally:
             if proc is not None:
                 proc.terminate()
@@ -318,10 +352,14 @@ def main() -> int:
         print(f"{k:40s} {v:9.2f} {v / raw:11.2f}")
     ret = calls["@retriever 5x1KB docs"]
     if isinstance(ol, dict):
-        print(f"{'OpenLLMetry @task ' + ol['version'] + ' (subprocess)':40s} {ol['task']:9.2f} "
-              f"{ol['task'] / ol['raw']:11.2f}  (its raw span there: {ol['raw']:.2f} µs)")
-        print(f"@retriever / @task = {ret / ol['task']:.2f} (target <= 0.6); "
-              f"normalised by each process's raw span: {(ret / raw) / (ol['task'] / ol['raw']):.2f}")
+        print(
+            f"{'OpenLLMetry @task ' + ol['version'] + ' (subprocess)':40s} {ol['task']:9.2f} "
+            f"{ol['task'] / ol['raw']:11.2f}  (its raw span there: {ol['raw']:.2f} µs)"
+        )
+        print(
+            f"@retriever / @task = {ret / ol['task']:.2f} (target <= 0.6); "
+            f"normalised by each process's raw span: {(ret / raw) / (ol['task'] / ol['raw']):.2f}"
+        )
     else:
         print(f"OpenLLMetry @task: {ol}")
     print(f"@retriever / raw 5-attr span = {ret / raw:.2f} (target <= 2.0)")
@@ -341,10 +379,14 @@ def main() -> int:
 
     dr = bench_drops(2.0 if a.quick else 4.0)
     print("\n== 4. steady 500 requests/s (3 spans each), default queue 2048 ==")
-    print(f"{'sink':26s} {'req/s':>7s} {'spans':>7s} {'dropped':>8s} {'failed':>7s} {'lost':>7s} {'p50 ms':>7s} {'p99 ms':>7s}")
+    print(
+        f"{'sink':26s} {'req/s':>7s} {'spans':>7s} {'dropped':>8s} {'failed':>7s} {'lost':>7s} {'p50 ms':>7s} {'p99 ms':>7s}"
+    )
     for k, v in dr.items():
-        print(f"{k:26s} {v['achieved req/s']:7.0f} {v['spans']:7d} {v['dropped']:8d} {v['failed export']:7d} "
-              f"{v['lost share']:7.1%} {v['p50 ms']:7.3f} {v['p99 ms']:7.3f}")
+        print(
+            f"{k:26s} {v['achieved req/s']:7.0f} {v['spans']:7d} {v['dropped']:8d} {v['failed export']:7d} "
+            f"{v['lost share']:7.1%} {v['p50 ms']:7.3f} {v['p99 ms']:7.3f}"
+        )
     return 0
 
 

@@ -121,8 +121,15 @@ class Layout:
         return placed
 
 
-def target(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, exemplar: bool = False,
-           fmt: str = "time_series") -> dict:
+def target(
+    expr: str,
+    legend: str = "",
+    ref: str = "A",
+    *,
+    instant: bool = False,
+    exemplar: bool = False,
+    fmt: str = "time_series",
+) -> dict:
     return {
         "refId": ref,
         "datasource": DS,
@@ -136,9 +143,17 @@ def target(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False
     }
 
 
-def timeseries(title: str, targets: list[dict], *, unit: str = "short", description: str = "",
-               minimum: float | None = None, maximum: float | None = None, overrides: list | None = None,
-               stack: bool = False) -> dict:
+def timeseries(
+    title: str,
+    targets: list[dict],
+    *,
+    unit: str = "short",
+    description: str = "",
+    minimum: float | None = None,
+    maximum: float | None = None,
+    overrides: list | None = None,
+    stack: bool = False,
+) -> dict:
     defaults: dict = {
         "unit": unit,
         "custom": {
@@ -220,10 +235,14 @@ def table(title: str, targets: list[dict], description: str, rename: dict[str, s
         "fieldConfig": {
             "defaults": {"decimals": 2, "custom": {"align": "auto"}},
             "overrides": [
-                {"matcher": {"id": "byName", "options": rename.get("Value #B", "n")},
-                 "properties": [{"id": "decimals", "value": 0}]},
-                {"matcher": {"id": "byName", "options": rename.get("Value #C", "share")},
-                 "properties": [{"id": "unit", "value": "percentunit"}]},
+                {
+                    "matcher": {"id": "byName", "options": rename.get("Value #B", "n")},
+                    "properties": [{"id": "decimals", "value": 0}],
+                },
+                {
+                    "matcher": {"id": "byName", "options": rename.get("Value #C", "share")},
+                    "properties": [{"id": "unit", "value": "percentunit"}],
+                },
             ],
         },
         "options": {"showHeader": True, "footer": {"show": False}},
@@ -270,8 +289,14 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], variab
             ]
         },
         "links": [
-            {"type": "dashboards", "tags": ["ragtrace"], "asDropdown": False, "includeVars": True,
-             "keepTime": True, "title": "ragtrace"}
+            {
+                "type": "dashboards",
+                "tags": ["ragtrace"],
+                "asDropdown": False,
+                "includeVars": True,
+                "keepTime": True,
+                "title": "ragtrace",
+            }
         ],
         "templating": {"list": variables},
         "panels": panels,
@@ -279,8 +304,10 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], variab
 
 
 def mean_expr(sel: str, window: str, by: str) -> str:
-    return (f"sum by ({by}) (rate(ragtrace_eval_score_sum{{{sel}}}[{window}]))\n  /\n"
-            f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]))")
+    return (
+        f"sum by ({by}) (rate(ragtrace_eval_score_sum{{{sel}}}[{window}]))\n  /\n"
+        f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]))"
+    )
 
 
 def count_expr(sel: str, window: str, by: str) -> str:
@@ -288,8 +315,10 @@ def count_expr(sel: str, window: str, by: str) -> str:
 
 
 def share_below_expr(sel: str, window: str, by: str) -> str:
-    return (f'sum by ({by}) (rate(ragtrace_eval_score_bucket{{{sel}, le="$threshold"}}[{window}]))\n  /\n'
-            f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]))")
+    return (
+        f'sum by ({by}) (rate(ragtrace_eval_score_bucket{{{sel}, le="$threshold"}}[{window}]))\n  /\n'
+        f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]))"
+    )
 
 
 def quality_dashboard() -> dict:
@@ -297,213 +326,530 @@ def quality_dashboard() -> dict:
     panels: list[dict] = []
     variables = common_variables() + [
         _query_var("metric", "Metric", 'label_values(ragtrace_eval_score_count{pipeline=~"$pipeline"}, metric)'),
-        _custom_var("window", "Mean over", ["5m", "15m", "1h", "6h", "1d"], "1h",
-                    "Window of the means and shares; the alert rules use 1h."),
-        _custom_var("threshold", "Alert threshold", ["0.5", "0.7", "0.8", "0.9"], "0.7",
-                    "Score under which a record counts as bad (a bucket edge of ragtrace_eval_score)."),
+        _custom_var(
+            "window",
+            "Mean over",
+            ["5m", "15m", "1h", "6h", "1d"],
+            "1h",
+            "Window of the means and shares; the alert rules use 1h.",
+        ),
+        _custom_var(
+            "threshold",
+            "Alert threshold",
+            ["0.5", "0.7", "0.8", "0.9"],
+            "0.7",
+            "Score under which a record counts as bad (a bucket edge of ragtrace_eval_score).",
+        ),
     ]
     panels.append(lay.row("Overview"))
-    panels.append(lay.place(table(
-        "Worst pipelines (mean over $window, lowest first)",
-        [
-            target(mean_expr(MP, "$window", "metric, pipeline"), ref="A", instant=True, fmt="table"),
-            target(count_expr(MP, "$window", "metric, pipeline"), ref="B", instant=True, fmt="table"),
-            target(share_below_expr(MP, "$window", "metric, pipeline"), ref="C", instant=True, fmt="table"),
-        ],
-        "Mean score per metric and pipeline, the number of records it rests on (n), and the share of "
-        "records under the threshold. Hallucination is the one metric where higher is worse.",
-        {"Value #A": "mean", "Value #B": "n", "Value #C": "share under threshold"},
-        "mean",
-    ), 12, 10))
-    panels.append(lay.place(timeseries(
-        "Mean vs 7-day baseline (recording rules)",
-        [
-            target("ragtrace:eval_score:mean1h{" + MP + "}", "1h mean {{metric}} {{pipeline}}", "A"),
-            target("ragtrace:eval_score:mean7d{" + MP + "}", "7d baseline {{metric}} {{pipeline}}", "B"),
-            target("ragtrace:eval_score:count1h{" + MP + "}", "n (1h) {{metric}} {{pipeline}}", "C"),
-        ],
-        description="What the alerts compare: the recorded 1h mean, its 7-day baseline, and the records "
-                    "the mean rests on. Needs grafana/prometheus/rules loaded in Prometheus.",
-        minimum=0, overrides=sample_size_override("C"),
-    ), 12, 10))
+    panels.append(
+        lay.place(
+            table(
+                "Worst pipelines (mean over $window, lowest first)",
+                [
+                    target(mean_expr(MP, "$window", "metric, pipeline"), ref="A", instant=True, fmt="table"),
+                    target(count_expr(MP, "$window", "metric, pipeline"), ref="B", instant=True, fmt="table"),
+                    target(share_below_expr(MP, "$window", "metric, pipeline"), ref="C", instant=True, fmt="table"),
+                ],
+                "Mean score per metric and pipeline, the number of records it rests on (n), and the share of "
+                "records under the threshold. Hallucination is the one metric where higher is worse.",
+                {"Value #A": "mean", "Value #B": "n", "Value #C": "share under threshold"},
+                "mean",
+            ),
+            12,
+            10,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Mean vs 7-day baseline (recording rules)",
+                [
+                    target("ragtrace:eval_score:mean1h{" + MP + "}", "1h mean {{metric}} {{pipeline}}", "A"),
+                    target("ragtrace:eval_score:mean7d{" + MP + "}", "7d baseline {{metric}} {{pipeline}}", "B"),
+                    target("ragtrace:eval_score:count1h{" + MP + "}", "n (1h) {{metric}} {{pipeline}}", "C"),
+                ],
+                description="What the alerts compare: the recorded 1h mean, its 7-day baseline, and the records "
+                "the mean rests on. Needs grafana/prometheus/rules loaded in Prometheus.",
+                minimum=0,
+                overrides=sample_size_override("C"),
+            ),
+            12,
+            10,
+        )
+    )
 
     panels.append(lay.row("$metric", repeat="metric"))
     msel = 'metric=~"$metric", pipeline=~"$pipeline"'
-    panels.append(lay.place(timeseries(
-        "Mean $metric per pipeline (over $window), with n",
-        [
-            target(mean_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
-            target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
-            target(f"sum by (pipeline) (rate(ragtrace_eval_weighted_score_total{{{msel}}}[$window]))\n  /\n"
-                   f"sum by (pipeline) (rate(ragtrace_eval_weight_total{{{msel}}}[$window]))",
-                   "traffic-weighted {{pipeline}}", "C"),
-        ],
-        description="rate(_sum)/rate(_count) of ragtrace_eval_score: the mean score of the records scored "
-                    "in the window. Traffic-weighted: each record weighted by 1 / its sampling probability "
-                    "(differs when always-sample rules over-represent some records). Bars: records scored "
-                    "in the window (n).",
-        minimum=0, overrides=sample_size_override("B"),
-    ), 12, 9))
-    panels.append(lay.place(heatmap(
-        "Distribution of $metric",
-        f"sum by (le) (increase(ragtrace_eval_score_bucket{{{msel}}}[$__rate_interval]))",
-        "Records per score bucket over time (buckets every 0.05).",
-    ), 12, 9))
-    panels.append(lay.place(timeseries(
-        "Share of records under $threshold",
-        [target(share_below_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
-         target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B")],
-        unit="percentunit", minimum=0,
-        description="Fraction of scored records whose score is at or under the threshold.",
-        overrides=sample_size_override("B"),
-    ), 12, 9))
-    panels.append(lay.place(timeseries(
-        "Scores with trace links (median and exemplars)",
-        [target(f"histogram_quantile(0.5, sum by (le, pipeline) "
-                f"(rate(ragtrace_eval_score_bucket{{{msel}}}[$__rate_interval])))",
-                "median {{pipeline}}", "A", exemplar=True),
-         target(count_expr(msel, "$__rate_interval", "pipeline"), "n {{pipeline}}", "B")],
-        minimum=0, maximum=None,
-        description="Each exemplar dot is one scored record; click it to open its trace (trace_id).",
-        overrides=sample_size_override("B"),
-    ), 12, 9))
-    return dashboard("ragtrace-quality", "ragtrace / RAG quality",
-                     "Scores of sampled RAG records per metric and pipeline.", panels, variables)
+    panels.append(
+        lay.place(
+            timeseries(
+                "Mean $metric per pipeline (over $window), with n",
+                [
+                    target(mean_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
+                    target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_eval_weighted_score_total{{{msel}}}[$window]))\n  /\n"
+                        f"sum by (pipeline) (rate(ragtrace_eval_weight_total{{{msel}}}[$window]))",
+                        "traffic-weighted {{pipeline}}",
+                        "C",
+                    ),
+                ],
+                description="rate(_sum)/rate(_count) of ragtrace_eval_score: the mean score of the records scored "
+                "in the window. Traffic-weighted: each record weighted by 1 / its sampling probability "
+                "(differs when always-sample rules over-represent some records). Bars: records scored "
+                "in the window (n).",
+                minimum=0,
+                overrides=sample_size_override("B"),
+            ),
+            12,
+            9,
+        )
+    )
+    panels.append(
+        lay.place(
+            heatmap(
+                "Distribution of $metric",
+                f"sum by (le) (increase(ragtrace_eval_score_bucket{{{msel}}}[$__rate_interval]))",
+                "Records per score bucket over time (buckets every 0.05).",
+            ),
+            12,
+            9,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Share of records under $threshold",
+                [
+                    target(share_below_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
+                    target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
+                ],
+                unit="percentunit",
+                minimum=0,
+                description="Fraction of scored records whose score is at or under the threshold.",
+                overrides=sample_size_override("B"),
+            ),
+            12,
+            9,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Scores with trace links (median and exemplars)",
+                [
+                    target(
+                        f"histogram_quantile(0.5, sum by (le, pipeline) "
+                        f"(rate(ragtrace_eval_score_bucket{{{msel}}}[$__rate_interval])))",
+                        "median {{pipeline}}",
+                        "A",
+                        exemplar=True,
+                    ),
+                    target(count_expr(msel, "$__rate_interval", "pipeline"), "n {{pipeline}}", "B"),
+                ],
+                minimum=0,
+                maximum=None,
+                description="Each exemplar dot is one scored record; click it to open its trace (trace_id).",
+                overrides=sample_size_override("B"),
+            ),
+            12,
+            9,
+        )
+    )
+    return dashboard(
+        "ragtrace-quality",
+        "ragtrace / RAG quality",
+        "Scores of sampled RAG records per metric and pipeline.",
+        panels,
+        variables,
+    )
 
 
 def latency_dashboard() -> dict:
     lay = Layout()
     panels: list[dict] = []
     panels.append(lay.row("Streaming"))
-    panels.append(lay.place(timeseries("Time to first token", quantiles("ragtrace_time_to_first_token_seconds", SP),
-                                       unit="s", description="The alert RagTTFTSLO fires when p95 > 2s."), 12, 8))
-    panels.append(lay.place(timeseries("Time per output token",
-                                       quantiles("ragtrace_time_per_output_token_seconds", SP), unit="s"), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Time to first token p90 per pipeline",
-        [target("histogram_quantile(0.9, sum by (le, pipeline) "
-                f"(rate(ragtrace_time_to_first_token_seconds_bucket{{{SP}}}[$__rate_interval])))",
-                "{{pipeline}}", exemplar=True)], unit="s"), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Requests per second",
-        [target(f"sum by (pipeline) (rate(ragtrace_request_duration_seconds_count{{{SP}}}[$__rate_interval]))",
-                "{{pipeline}}")], unit="reqps"), 12, 8))
+    panels.append(
+        lay.place(
+            timeseries(
+                "Time to first token",
+                quantiles("ragtrace_time_to_first_token_seconds", SP),
+                unit="s",
+                description="The alert RagTTFTSLO fires when p95 > 2s.",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries("Time per output token", quantiles("ragtrace_time_per_output_token_seconds", SP), unit="s"),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Time to first token p90 per pipeline",
+                [
+                    target(
+                        "histogram_quantile(0.9, sum by (le, pipeline) "
+                        f"(rate(ragtrace_time_to_first_token_seconds_bucket{{{SP}}}[$__rate_interval])))",
+                        "{{pipeline}}",
+                        exemplar=True,
+                    )
+                ],
+                unit="s",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Requests per second",
+                [
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_request_duration_seconds_count{{{SP}}}[$__rate_interval]))",
+                        "{{pipeline}}",
+                    )
+                ],
+                unit="reqps",
+            ),
+            12,
+            8,
+        )
+    )
     panels.append(lay.row("Durations"))
-    for title, metric in (("Request duration", "ragtrace_request_duration_seconds"),
-                          ("Retrieval duration", "ragtrace_retrieval_duration_seconds"),
-                          ("Generation duration", "ragtrace_generation_duration_seconds")):
+    for title, metric in (
+        ("Request duration", "ragtrace_request_duration_seconds"),
+        ("Retrieval duration", "ragtrace_retrieval_duration_seconds"),
+        ("Generation duration", "ragtrace_generation_duration_seconds"),
+    ):
         panels.append(lay.place(timeseries(title, quantiles(metric, SP), unit="s"), 8, 8))
     panels.append(lay.row("Tokens"))
-    panels.append(lay.place(timeseries(
-        "Tokens per second by kind",
-        [target(f"sum by (kind) (rate(ragtrace_tokens_total{{{SP}}}[$__rate_interval]))", "{{kind}}")],
-        unit="short", stack=True), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Tokens per request (p50, p90) by kind",
-        [target("histogram_quantile(0.5, sum by (le, kind) "
-                f"(rate(ragtrace_request_tokens_bucket{{{SP}}}[$__rate_interval])))", "p50 {{kind}}", "A"),
-         target("histogram_quantile(0.9, sum by (le, kind) "
-                f"(rate(ragtrace_request_tokens_bucket{{{SP}}}[$__rate_interval])))", "p90 {{kind}}", "B")],
-        unit="short"), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Tokens per second by model",
-        [target(f"sum by (model) (rate(ragtrace_tokens_total{{{SP}}}[$__rate_interval]))", "{{model}}")],
-        unit="short"), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Failed requests per second",
-        [target(f"sum by (pipeline) (rate(ragtrace_records_with_error_total{{{SP}}}[$__rate_interval]))",
-                "{{pipeline}}")], unit="reqps"), 12, 8))
-    return dashboard("ragtrace-latency", "ragtrace / Latency",
-                     "Latency and tokens of every traced RAG request, sampled or not.",
-                     panels, common_variables())
+    panels.append(
+        lay.place(
+            timeseries(
+                "Tokens per second by kind",
+                [target(f"sum by (kind) (rate(ragtrace_tokens_total{{{SP}}}[$__rate_interval]))", "{{kind}}")],
+                unit="short",
+                stack=True,
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Tokens per request (p50, p90) by kind",
+                [
+                    target(
+                        "histogram_quantile(0.5, sum by (le, kind) "
+                        f"(rate(ragtrace_request_tokens_bucket{{{SP}}}[$__rate_interval])))",
+                        "p50 {{kind}}",
+                        "A",
+                    ),
+                    target(
+                        "histogram_quantile(0.9, sum by (le, kind) "
+                        f"(rate(ragtrace_request_tokens_bucket{{{SP}}}[$__rate_interval])))",
+                        "p90 {{kind}}",
+                        "B",
+                    ),
+                ],
+                unit="short",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Tokens per second by model",
+                [target(f"sum by (model) (rate(ragtrace_tokens_total{{{SP}}}[$__rate_interval]))", "{{model}}")],
+                unit="short",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Failed requests per second",
+                [
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_records_with_error_total{{{SP}}}[$__rate_interval]))",
+                        "{{pipeline}}",
+                    )
+                ],
+                unit="reqps",
+            ),
+            12,
+            8,
+        )
+    )
+    return dashboard(
+        "ragtrace-latency",
+        "ragtrace / Latency",
+        "Latency and tokens of every traced RAG request, sampled or not.",
+        panels,
+        common_variables(),
+    )
 
 
 def health_dashboard() -> dict:
     lay = Layout()
     panels: list[dict] = []
     panels.append(lay.row("Ingest"))
-    panels.append(lay.place(timeseries(
-        "Traces received and sampled per second",
-        [target(f"sum by (pipeline) (rate(ragtrace_traces_received_total{{{SP}}}[$__rate_interval]))",
-                "received {{pipeline}}", "A"),
-         target(f"sum by (pipeline) (rate(ragtrace_traces_sampled_total{{{P}}}[$__rate_interval]))",
-                "sampled {{pipeline}}", "B")], unit="ops"), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Not sampled, by reason",
-        [target(f"sum by (reason) (rate(ragtrace_traces_dropped_total{{{P}}}[$__rate_interval]))", "{{reason}}")],
-        unit="ops", stack=True,
-        description="Records not scored: rate (sampling), budget_records, budget_tokens, queue_full..."), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Spans received per second",
-        [target("sum by (transport) (rate(ragtrace_spans_received_total[$__rate_interval]))", "{{transport}}")],
-        unit="ops"), 8, 8))
-    panels.append(lay.place(timeseries(
-        "OTLP requests by status",
-        [target("sum by (transport, status) (rate(ragtrace_otlp_requests_total[$__rate_interval]))",
-                "{{transport}} {{status}}")], unit="reqps"), 8, 8))
-    panels.append(lay.place(timeseries(
-        "Traces in assembly",
-        [target("sum(ragtrace_assembly_inflight_traces)", "in flight", "A"),
-         target("sum(rate(ragtrace_late_spans_total[$__rate_interval]))", "late spans/s", "B")],
-        unit="short"), 8, 8))
+    panels.append(
+        lay.place(
+            timeseries(
+                "Traces received and sampled per second",
+                [
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_traces_received_total{{{SP}}}[$__rate_interval]))",
+                        "received {{pipeline}}",
+                        "A",
+                    ),
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_traces_sampled_total{{{P}}}[$__rate_interval]))",
+                        "sampled {{pipeline}}",
+                        "B",
+                    ),
+                ],
+                unit="ops",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Not sampled, by reason",
+                [
+                    target(
+                        f"sum by (reason) (rate(ragtrace_traces_dropped_total{{{P}}}[$__rate_interval]))", "{{reason}}"
+                    )
+                ],
+                unit="ops",
+                stack=True,
+                description="Records not scored: rate (sampling), budget_records, budget_tokens, queue_full...",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Spans received per second",
+                [target("sum by (transport) (rate(ragtrace_spans_received_total[$__rate_interval]))", "{{transport}}")],
+                unit="ops",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "OTLP requests by status",
+                [
+                    target(
+                        "sum by (transport, status) (rate(ragtrace_otlp_requests_total[$__rate_interval]))",
+                        "{{transport}} {{status}}",
+                    )
+                ],
+                unit="reqps",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Traces in assembly",
+                [
+                    target("sum(ragtrace_assembly_inflight_traces)", "in flight", "A"),
+                    target("sum(rate(ragtrace_late_spans_total[$__rate_interval]))", "late spans/s", "B"),
+                ],
+                unit="short",
+            ),
+            8,
+            8,
+        )
+    )
     panels.append(lay.row("Queue"))
-    panels.append(lay.place(timeseries(
-        "Queue depth", [target("max(ragtrace_queue_depth)", "records queued")], unit="short",
-        description="max across instances: with the Redis queue every instance reports the same stream."),
-        8, 8))
-    panels.append(lay.place(timeseries(
-        "Age of the oldest queued record",
-        [target("max(ragtrace_queue_oldest_age_seconds)", "oldest")], unit="s",
-        description="The alert RagQueueBacklog fires above 15 minutes."), 8, 8))
-    panels.append(lay.place(timeseries(
-        "Dropped by a full queue (per second)",
-        [target("sum(rate(ragtrace_queue_dropped_total[$__rate_interval]))", "dropped")], unit="ops"), 8, 8))
+    panels.append(
+        lay.place(
+            timeseries(
+                "Queue depth",
+                [target("max(ragtrace_queue_depth)", "records queued")],
+                unit="short",
+                description="max across instances: with the Redis queue every instance reports the same stream.",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Age of the oldest queued record",
+                [target("max(ragtrace_queue_oldest_age_seconds)", "oldest")],
+                unit="s",
+                description="The alert RagQueueBacklog fires above 15 minutes.",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Dropped by a full queue (per second)",
+                [target("sum(rate(ragtrace_queue_dropped_total[$__rate_interval]))", "dropped")],
+                unit="ops",
+            ),
+            8,
+            8,
+        )
+    )
     panels.append(lay.row("Judge"))
-    panels.append(lay.place(timeseries(
-        "Evaluations by outcome",
-        [target("sum by (metric, outcome) (rate(ragtrace_evaluations_total[$__rate_interval]))",
-                "{{metric}} {{outcome}}")], unit="ops", stack=True), 12, 8))
+    panels.append(
+        lay.place(
+            timeseries(
+                "Evaluations by outcome",
+                [
+                    target(
+                        "sum by (metric, outcome) (rate(ragtrace_evaluations_total[$__rate_interval]))",
+                        "{{metric}} {{outcome}}",
+                    )
+                ],
+                unit="ops",
+                stack=True,
+            ),
+            12,
+            8,
+        )
+    )
     # Judges seen by their decisions (every judge times each decision); the embedded judge makes no
     # remote calls and spends no tokens or money, so those panels show it at 0 rather than empty.
     active = "sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval])) * 0"
-    panels.append(lay.place(timeseries(
-        "Judge decisions, calls and errors per second",
-        [target("sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval]))",
-                "decisions {{judge}}", "A"),
-         target("sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval]))\n"
-                f"  or on (judge)\n{active}", "calls {{judge}}", "B"),
-         target("sum by (judge, kind) (rate(ragtrace_judge_errors_total[$__rate_interval]))\n"
-                f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
-                "errors {{judge}} {{kind}}", "C")], unit="ops",
-        description="Decisions: judge method calls (timed); calls: model requests; errors by kind "
-                    "(unavailable: records wait; failed: input cannot be judged; call: retried)."), 12, 8))
-    panels.append(lay.place(timeseries(
-        "Judge decision latency", quantiles("ragtrace_judge_latency_seconds", "", by="judge"),
-        unit="s"), 8, 8))
-    panels.append(lay.place(timeseries(
-        "Judge tokens per second",
-        [target("sum by (judge, kind) (rate(ragtrace_judge_tokens_total[$__rate_interval]))\n"
-                f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
-                "{{judge}} {{kind}}")],
-        unit="short", description="The embedded judge spends no tokens and shows 0."), 8, 8))
-    panels.append(lay.place(timeseries(
-        "Judge cost (USD per hour)",
-        [target("sum by (judge) (rate(ragtrace_judge_cost_usd_total[$__rate_interval])) * 3600\n"
-                f"  or on (judge)\n{active}",
-                "{{judge}}")],
-        unit="currencyUSD", description="The embedded judge costs nothing and shows 0."), 8, 8))
-    panels.append(lay.place(timeseries(
-        "Records scored and released per second",
-        [target(f"sum by (pipeline) (rate(ragtrace_records_scored_total{{{P}}}[$__rate_interval]))",
-                "scored {{pipeline}}", "A"),
-         target("sum by (reason) (rate(ragtrace_records_released_total[$__rate_interval]))\n"
-                "  or on ()\nlabel_replace(sum(rate(ragtrace_records_scored_total[$__rate_interval])) * 0,"
-                ' "reason", "none", "", "")', "released {{reason}}", "B")],
-        unit="ops", description="Released: handed back to the queue unscored (judge unavailable, shutdown)."),
-        24, 8))
-    return dashboard("ragtrace-health", "ragtrace / Collector and judge health",
-                     "What the collector receives, samples, queues and spends on judging.",
-                     panels, common_variables())
+    panels.append(
+        lay.place(
+            timeseries(
+                "Judge decisions, calls and errors per second",
+                [
+                    target(
+                        "sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval]))",
+                        "decisions {{judge}}",
+                        "A",
+                    ),
+                    target(
+                        "sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval]))\n"
+                        f"  or on (judge)\n{active}",
+                        "calls {{judge}}",
+                        "B",
+                    ),
+                    target(
+                        "sum by (judge, kind) (rate(ragtrace_judge_errors_total[$__rate_interval]))\n"
+                        f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
+                        "errors {{judge}} {{kind}}",
+                        "C",
+                    ),
+                ],
+                unit="ops",
+                description="Decisions: judge method calls (timed); calls: model requests; errors by kind "
+                "(unavailable: records wait; failed: input cannot be judged; call: retried).",
+            ),
+            12,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries("Judge decision latency", quantiles("ragtrace_judge_latency_seconds", "", by="judge"), unit="s"),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Judge tokens per second",
+                [
+                    target(
+                        "sum by (judge, kind) (rate(ragtrace_judge_tokens_total[$__rate_interval]))\n"
+                        f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
+                        "{{judge}} {{kind}}",
+                    )
+                ],
+                unit="short",
+                description="The embedded judge spends no tokens and shows 0.",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Judge cost (USD per hour)",
+                [
+                    target(
+                        "sum by (judge) (rate(ragtrace_judge_cost_usd_total[$__rate_interval])) * 3600\n"
+                        f"  or on (judge)\n{active}",
+                        "{{judge}}",
+                    )
+                ],
+                unit="currencyUSD",
+                description="The embedded judge costs nothing and shows 0.",
+            ),
+            8,
+            8,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Records scored and released per second",
+                [
+                    target(
+                        f"sum by (pipeline) (rate(ragtrace_records_scored_total{{{P}}}[$__rate_interval]))",
+                        "scored {{pipeline}}",
+                        "A",
+                    ),
+                    target(
+                        "sum by (reason) (rate(ragtrace_records_released_total[$__rate_interval]))\n"
+                        "  or on ()\nlabel_replace(sum(rate(ragtrace_records_scored_total[$__rate_interval])) * 0,"
+                        ' "reason", "none", "", "")',
+                        "released {{reason}}",
+                        "B",
+                    ),
+                ],
+                unit="ops",
+                description="Released: handed back to the queue unscored (judge unavailable, shutdown).",
+            ),
+            24,
+            8,
+        )
+    )
+    return dashboard(
+        "ragtrace-health",
+        "ragtrace / Collector and judge health",
+        "What the collector receives, samples, queues and spends on judging.",
+        panels,
+        common_variables(),
+    )
 
 
 DASHBOARDS = {

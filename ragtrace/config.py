@@ -334,11 +334,17 @@ def init(
         cc = _env_bool("RAGTRACE_CAPTURE_CONTENT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
     s.capture_content = True if cc is None else bool(cc)
     s.redact = make_redactor(redact)
-    s.max_attribute_length = max_attribute_length or _env_int("RAGTRACE_MAX_ATTRIBUTE_LENGTH") or DEFAULT_MAX_ATTRIBUTE_LENGTH
+    s.max_attribute_length = (
+        max_attribute_length or _env_int("RAGTRACE_MAX_ATTRIBUTE_LENGTH") or DEFAULT_MAX_ATTRIBUTE_LENGTH
+    )
     s.max_documents = max_documents or _env_int("RAGTRACE_MAX_DOCUMENTS") or DEFAULT_MAX_DOCUMENTS
     s.max_span_chars = max_span_chars or _env_int("RAGTRACE_MAX_SPAN_CHARS") or DEFAULT_MAX_SPAN_CHARS
 
-    proto = (protocol or _env("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_PROTOCOL).lower()
+    proto = (
+        protocol
+        or _env("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+        or DEFAULT_PROTOCOL
+    ).lower()
     if proto == "http/json":
         raise ValueError("OTLP http/json is not supported by the Python exporter: use 'http/protobuf' or 'grpc'")
     queue = max_queue_size or _env_int("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE") or DEFAULT_MAX_QUEUE_SIZE
@@ -370,7 +376,9 @@ def init(
     if explicit_export and _is_sdk_provider(provider):
         if exporter is None:
             resolved_endpoint = _resolve_endpoint(endpoint, proto)
-            hdrs = headers or _parse_headers(_env("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"))
+            hdrs = headers or _parse_headers(
+                _env("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+            )
             exporter = _make_exporter(proto, resolved_endpoint, hdrs, timeout)
         counting = CountingExporter(exporter)
         processor = CountingBatchSpanProcessor(

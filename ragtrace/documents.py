@@ -111,7 +111,9 @@ def read_document(obj: Any) -> Doc:
         except TypeError:
             content = getattr(obj, "text", "")
         did = getattr(obj, "node_id", None) or getattr(obj, "id_", None)
-        return Doc(str(did) if did is not None else None, str(content), _num(getattr(obj, "score", None)), _meta_of(obj))
+        return Doc(
+            str(did) if did is not None else None, str(content), _num(getattr(obj, "score", None)), _meta_of(obj)
+        )
     text = getattr(obj, "text", None)
     if isinstance(text, str):
         did = getattr(obj, "id", None) or getattr(obj, "node_id", None)

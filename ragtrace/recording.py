@@ -47,7 +47,8 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":
 # recursion guard catches cycles anyway (RecursionError, handled below).
 _C_ENCODE = (
     _c_make_encoder(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
-    if _c_make_encoder is not None else None
+    if _c_make_encoder is not None
+    else None
 )
 _SAFE_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr, skipkeys=True, separators=(",", ":"))
 
@@ -195,7 +196,15 @@ def write_messages(w: AttrWriter, messages: Any) -> None:
             attrs[A.message_attr(i, "role")] = str(role)
         if content is not None:
             w.text(A.message_attr(i, "content"), content if isinstance(content, str) else _json(content))
-    w.text(A.GEN_AI_INPUT_MESSAGES, _json([m if isinstance(m, dict) else {"role": getattr(m, "role", None), "content": getattr(m, "content", None)} for m in messages]))
+    w.text(
+        A.GEN_AI_INPUT_MESSAGES,
+        _json(
+            [
+                m if isinstance(m, dict) else {"role": getattr(m, "role", None), "content": getattr(m, "content", None)}
+                for m in messages
+            ]
+        ),
+    )
 
 
 def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
@@ -250,8 +259,13 @@ def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
         w.text(A.OUTPUT_VALUE, info.text)
         attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
         attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
-            [{"role": "assistant", "parts": [{"type": "text", "content": attrs.get(A.OUTPUT_VALUE, "")}],
-              "finish_reason": info.finish_reasons[0] if info.finish_reasons else "stop"}]
+            [
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": attrs.get(A.OUTPUT_VALUE, "")}],
+                    "finish_reason": info.finish_reasons[0] if info.finish_reasons else "stop",
+                }
+            ]
         )
 
 
@@ -266,11 +280,7 @@ def set_span_attributes(span: Any, attrs: dict) -> None:
     the public ``set_attributes``.
     """
     table = getattr(span, "_attributes", None)
-    if (
-        type(table) is BoundedAttributes
-        and table.max_value_len is None
-        and not getattr(table, "_immutable", True)
-    ):
+    if type(table) is BoundedAttributes and table.max_value_len is None and not getattr(table, "_immutable", True):
         try:
             span_lock = span._lock
             inner = table._dict
@@ -279,7 +289,9 @@ def set_span_attributes(span: Any, attrs: dict) -> None:
             span.set_attributes(attrs)
             return
         with span_lock:
-            if getattr(span, "_end_time", 1) is None and (table.maxlen is None or len(inner) + len(attrs) <= table.maxlen):
+            if getattr(span, "_end_time", 1) is None and (
+                table.maxlen is None or len(inner) + len(attrs) <= table.maxlen
+            ):
                 with table_lock:
                     inner.update(attrs)
                 return

@@ -113,8 +113,12 @@ def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dic
     sim_got = got @ got.T
     iu = np.triu_indices(len(texts), 1)
     pair_corr = float(np.corrcoef(sim_ref[iu], sim_got[iu])[0, 1])
-    nn_agree = float(np.mean(np.argsort(-sim_ref + 2 * np.eye(len(texts)), axis=1)[:, 0]
-                             == np.argsort(-sim_got + 2 * np.eye(len(texts)), axis=1)[:, 0]))
+    nn_agree = float(
+        np.mean(
+            np.argsort(-sim_ref + 2 * np.eye(len(texts)), axis=1)[:, 0]
+            == np.argsort(-sim_got + 2 * np.eye(len(texts)), axis=1)[:, 0]
+        )
+    )
     return {
         "sentences": len(texts),
         "cosine_int8_vs_fp32_mean": round(float(cos.mean()), 4),
@@ -127,8 +131,11 @@ def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--embeddings", action="store_true",
-                        help="evaluate the claim model with embedding features (default: the lexical one, as the judge)")
+    parser.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="evaluate the claim model with embedding features (default: the lexical one, as the judge)",
+    )
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
     parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
     parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
@@ -143,8 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     if judge.use_embeddings:
         judge.embedder.embed(["warm up"])  # the model load is excluded from records/s
     load_seconds = time.perf_counter() - t0
-    report = {"model": "embedding" if judge.use_embeddings else "lexical", "load_seconds": round(load_seconds, 2),
-              "threshold": judge.model.threshold, "cpus": os.cpu_count(), "load_average": os.getloadavg()[0]}
+    report = {
+        "model": "embedding" if judge.use_embeddings else "lexical",
+        "load_seconds": round(load_seconds, 2),
+        "threshold": judge.model.threshold,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+    }
     for name in (RAGTRUTH, HALUEVAL):
         rows = [r for r in load(args.data, name) if split_of(r) == "test"]
         if args.limit:

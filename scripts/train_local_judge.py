@@ -301,8 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=PARAMS_PATH)
     parser.add_argument("--with-halueval", action="store_true", help="also train on HaluEval's train split")
-    parser.add_argument("--model", choices=("gbm", "logistic"), default="gbm",
-                        help="gbm: gradient-boosted trees (needs scikit-learn to train, numpy to run); logistic: numpy IRLS")
+    parser.add_argument(
+        "--model",
+        choices=("gbm", "logistic"),
+        default="gbm",
+        help="gbm: gradient-boosted trees (needs scikit-learn to train, numpy to run); logistic: numpy IRLS",
+    )
     parser.add_argument("--trees", type=int, default=150)
     parser.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic model")
     parser.add_argument("--embedding-cache", type=Path, default=Path("/tmp/ragtrace-local-judge-embeddings.npz"))

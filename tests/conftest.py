@@ -12,7 +12,6 @@ from tests.support.paths import SHARED
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-
 @pytest.fixture
 def shared_dir() -> Path:
     """``../shared`` beside the repo; tests that need it skip cleanly where it is absent."""

@@ -114,10 +114,44 @@ def variable_queries(dashboard: dict) -> list[str]:
 
 
 _FUNCS_AND_KEYWORDS = {
-    "sum", "min", "max", "avg", "count", "by", "without", "on", "ignoring", "group_left", "group_right",
-    "and", "or", "unless", "offset", "bool", "rate", "increase", "irate", "histogram_quantile",
-    "label_replace", "vector", "scalar", "sort", "sort_desc", "topk", "bottomk", "round", "abs", "clamp_min",
-    "clamp_max", "avg_over_time", "max_over_time", "min_over_time", "sum_over_time", "time", "absent", "le",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "count",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "bool",
+    "rate",
+    "increase",
+    "irate",
+    "histogram_quantile",
+    "label_replace",
+    "vector",
+    "scalar",
+    "sort",
+    "sort_desc",
+    "topk",
+    "bottomk",
+    "round",
+    "abs",
+    "clamp_min",
+    "clamp_max",
+    "avg_over_time",
+    "max_over_time",
+    "min_over_time",
+    "sum_over_time",
+    "time",
+    "absent",
+    "le",
 }
 
 
@@ -131,8 +165,7 @@ def metric_names_in(expr: str) -> set[str]:
     stripped = re.sub(r"\[[^\]]*\]", "[]", stripped)  # and ranges
     stripped = re.sub(r"\boffset\s+-?[0-9a-z]+", "", stripped)  # and offsets
     stripped = re.sub(r"\b\d[\d.e+-]*\b", "", stripped)  # and numbers
-    stripped = re.sub(r"\bby\s*\([^)]*\)|\bwithout\s*\([^)]*\)|\bon\s*\([^)]*\)|\bignoring\s*\([^)]*\)", "",
-                      stripped)
+    stripped = re.sub(r"\bby\s*\([^)]*\)|\bwithout\s*\([^)]*\)|\bon\s*\([^)]*\)|\bignoring\s*\([^)]*\)", "", stripped)
     for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", stripped):
         if token in _FUNCS_AND_KEYWORDS or re.fullmatch(r"\d.*", token):
             continue

@@ -20,8 +20,13 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
     return out
 
 
-def render_dashboard(dashboard: dict, panel_data: dict[tuple[str, str], list[dict]], out: Path,
-                     marks: dict[str, float] | None = None, t0: float | None = None) -> Path:
+def render_dashboard(
+    dashboard: dict,
+    panel_data: dict[tuple[str, str], list[dict]],
+    out: Path,
+    marks: dict[str, float] | None = None,
+    t0: float | None = None,
+) -> Path:
     """``panel_data`` maps (panel title, refId) -> Prometheus ``matrix`` result."""
     import matplotlib
 
@@ -32,8 +37,11 @@ def render_dashboard(dashboard: dict, panel_data: dict[tuple[str, str], list[dic
     cols = 2
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(14, 3.2 * rows), squeeze=False)
-    start = t0 if t0 is not None else min(
-        (float(v[0]) for series in panel_data.values() for s in series for v in s["values"]), default=0.0)
+    start = (
+        t0
+        if t0 is not None
+        else min((float(v[0]) for series in panel_data.values() for s in series for v in s["values"]), default=0.0)
+    )
     for ax, panel in zip(axes.flat, panels):
         title = panel["title"]
         m = re.search(r" \[(\w+)\]$", title)
@@ -46,8 +54,9 @@ def render_dashboard(dashboard: dict, panel_data: dict[tuple[str, str], list[dic
             right = None
             for t in panel["targets"]:
                 series = panel_data.get((panel["title"], t["refId"]), [])
-                overridden = any(o["matcher"].get("options") == t["refId"]
-                                 for o in panel.get("fieldConfig", {}).get("overrides", []))
+                overridden = any(
+                    o["matcher"].get("options") == t["refId"] for o in panel.get("fieldConfig", {}).get("overrides", [])
+                )
                 axis = ax
                 if overridden:  # sample sizes on a right-hand axis, as in Grafana
                     right = right or ax.twinx()
@@ -68,7 +77,7 @@ def render_dashboard(dashboard: dict, panel_data: dict[tuple[str, str], list[dic
             ax.text(at - start, ax.get_ylim()[1], name, color="red", fontsize=7, va="top")
         ax.set_xlabel("seconds", fontsize=7)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(dashboard["title"], fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
@@ -91,7 +100,12 @@ def _heatmap(ax: Any, series: list[dict], start: float) -> None:
         grid.append([a - b for a, b in zip(row, prev)] if prev else row)
         prev = row
     labels = [s["metric"].get("le", "") for s in buckets]
-    ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis",
-              extent=(times[0], times[-1] if len(times) > 1 else times[0] + 1, 0, len(labels)))
+    ax.imshow(
+        grid,
+        aspect="auto",
+        origin="lower",
+        cmap="viridis",
+        extent=(times[0], times[-1] if len(times) > 1 else times[0] + 1, 0, len(labels)),
+    )
     ax.set_yticks([i + 0.5 for i in range(0, len(labels), 4)])
     ax.set_yticklabels(labels[::4], fontsize=6)

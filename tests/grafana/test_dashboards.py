@@ -46,7 +46,9 @@ def test_three_dashboards_committed_as_generated():
     rendered = _generator().render()
     assert sorted(rendered) == sorted(p.name for p in DASHBOARDS)
     for path in DASHBOARDS:
-        assert path.read_text() == rendered[path.name], f"{path.name} differs: run python3 grafana/generate_dashboards.py"
+        assert path.read_text() == rendered[path.name], (
+            f"{path.name} differs: run python3 grafana/generate_dashboards.py"
+        )
 
 
 def test_uids_unique_and_fixed():
@@ -81,9 +83,18 @@ def test_every_query_uses_template_filters():
     for d in load_dashboards():
         for title, ref, t in panel_queries(d):
             expr = t["expr"]
-            if any(m in expr for m in ("ragtrace_request", "ragtrace_time_", "ragtrace_retrieval", "ragtrace_generation",
-                                       "ragtrace_tokens_total", "ragtrace_traces_received")):
-                assert '$service' in expr and '$pipeline' in expr, f"{d['uid']}/{title}/{ref}"
+            if any(
+                m in expr
+                for m in (
+                    "ragtrace_request",
+                    "ragtrace_time_",
+                    "ragtrace_retrieval",
+                    "ragtrace_generation",
+                    "ragtrace_tokens_total",
+                    "ragtrace_traces_received",
+                )
+            ):
+                assert "$service" in expr and "$pipeline" in expr, f"{d['uid']}/{title}/{ref}"
             if "ragtrace_eval_score" in expr or "ragtrace:eval_score" in expr:
                 assert "$pipeline" in expr, f"{d['uid']}/{title}/{ref}"
 
@@ -94,7 +105,8 @@ def test_quality_dashboard_shows_sample_sizes_and_exemplars():
         exprs = [t["expr"] for t in panel.get("targets", [])]
         if any("rate(ragtrace_eval_score_sum" in e for e in exprs) or any(":mean1h" in e for e in exprs):
             assert any("increase(ragtrace_eval_score_count" in e or ":count1h" in e for e in exprs), (
-                f"{panel['title']}: a mean without its sample size")
+                f"{panel['title']}: a mean without its sample size"
+            )
     assert any(t.get("exemplar") for _, _, t in panel_queries(d)), "no exemplar query on the quality dashboard"
     assert any(p.get("repeat") == "metric" for p in d["panels"]), "quality rows must repeat per metric"
 
@@ -114,8 +126,25 @@ def test_every_query_parses(tmp_path):
 @needs("promtool", "prometheus")
 def test_parse_check_catches_a_broken_query(tmp_path):
     path = tmp_path / "broken.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
-        {"record": "lint:broken", "expr": substitute('sum by (pipeline) (rate(ragtrace_eval_score_sum{pipeline=~"$pipeline"}[$window])')}]}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {
+                                "record": "lint:broken",
+                                "expr": substitute(
+                                    'sum by (pipeline) (rate(ragtrace_eval_score_sum{pipeline=~"$pipeline"}[$window])'
+                                ),
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
 
@@ -130,19 +159,35 @@ def test_every_metric_name_is_exported_by_the_collector():
         assert not unknown, f"{where} uses metrics the collector does not export: {unknown}"
         used |= names
     # the names pinned by the issues all appear somewhere
-    for pinned in ("ragtrace_eval_score_bucket", "ragtrace_time_to_first_token_seconds_bucket",
-                   "ragtrace_time_per_output_token_seconds_bucket", "ragtrace_request_duration_seconds_bucket",
-                   "ragtrace_retrieval_duration_seconds_bucket", "ragtrace_generation_duration_seconds_bucket",
-                   "ragtrace_traces_received_total", "ragtrace_spans_received_total", "ragtrace_traces_sampled_total",
-                   "ragtrace_traces_dropped_total", "ragtrace_evaluations_total", "ragtrace_otlp_requests_total",
-                   "ragtrace_queue_depth", "ragtrace_queue_oldest_age_seconds", "ragtrace_judge_calls_total",
-                   "ragtrace_judge_errors_total", "ragtrace_judge_tokens_total", "ragtrace_judge_cost_usd_total",
-                   "ragtrace_judge_latency_seconds_bucket"):
+    for pinned in (
+        "ragtrace_eval_score_bucket",
+        "ragtrace_time_to_first_token_seconds_bucket",
+        "ragtrace_time_per_output_token_seconds_bucket",
+        "ragtrace_request_duration_seconds_bucket",
+        "ragtrace_retrieval_duration_seconds_bucket",
+        "ragtrace_generation_duration_seconds_bucket",
+        "ragtrace_traces_received_total",
+        "ragtrace_spans_received_total",
+        "ragtrace_traces_sampled_total",
+        "ragtrace_traces_dropped_total",
+        "ragtrace_evaluations_total",
+        "ragtrace_otlp_requests_total",
+        "ragtrace_queue_depth",
+        "ragtrace_queue_oldest_age_seconds",
+        "ragtrace_judge_calls_total",
+        "ragtrace_judge_errors_total",
+        "ragtrace_judge_tokens_total",
+        "ragtrace_judge_cost_usd_total",
+        "ragtrace_judge_latency_seconds_bucket",
+    ):
         assert pinned in used, f"no panel shows {pinned}"
 
 
 def test_metric_name_extraction():
-    assert metric_names_in('sum by (le) (rate(foo_bucket{a="b:c"}[5m] offset 1h)) / on (x) bar') == {"foo_bucket", "bar"}
+    assert metric_names_in('sum by (le) (rate(foo_bucket{a="b:c"}[5m] offset 1h)) / on (x) bar') == {
+        "foo_bucket",
+        "bar",
+    }
     assert metric_names_in('rate({__name__=~"a_total|b_total"}[1m]) > 0.2') == {"a_total", "b_total"}
 
 

@@ -73,7 +73,10 @@ def test_prometheus_service_wired_to_rules_and_exemplars(compose):
     assert "--enable-feature=exemplar-storage" in prom["command"]
     mounts = {v.split(":")[1]: v.split(":")[0] for v in prom["volumes"]}
     assert mounts["/etc/prometheus/rules"] == "../grafana/prometheus/rules"
-    assert any(r.startswith("/etc/prometheus/rules/") for r in yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["rule_files"])
+    assert any(
+        r.startswith("/etc/prometheus/rules/")
+        for r in yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["rule_files"]
+    )
 
 
 def test_grafana_service_wired_to_provisioning(compose):

@@ -66,9 +66,9 @@ def test_promtool_unit_tests_can_fail(tmp_path):
     (tmp_path / "wrong.test.yml").write_text(
         "rule_files: [rules.yml]\nevaluation_interval: 1m\ntests:\n"
         "  - interval: 1m\n    input_series:\n"
-        "      - series: 'ragtrace_eval_score_count{metric=\"faithfulness\",pipeline=\"p\",judge=\"local\"}'\n"
+        '      - series: \'ragtrace_eval_score_count{metric="faithfulness",pipeline="p",judge="local"}\'\n'
         "        values: '0+10x120'\n"
-        "      - series: 'ragtrace_eval_score_sum{metric=\"faithfulness\",pipeline=\"p\",judge=\"local\"}'\n"
+        '      - series: \'ragtrace_eval_score_sum{metric="faithfulness",pipeline="p",judge="local"}\'\n'
         "        values: '0+9x120'\n"
         "    alert_rule_test:\n"
         "      - eval_time: 2h\n        alertname: RagFaithfulnessLow\n"

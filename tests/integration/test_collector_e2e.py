@@ -81,8 +81,9 @@ def send_traces(endpoint: str, protocol: str, questions: list[str], split: bool 
     """Run the traced app once per question, export over OTLP; returns the trace ids."""
     global _handle, _split_requests
     provider = TracerProvider(resource=Resource.create({"service.name": "e2e-app"}))
-    _handle = ragtrace.init(endpoint=endpoint, protocol=protocol, tracer_provider=provider, set_global=False,
-                            schedule_delay_ms=50)
+    _handle = ragtrace.init(
+        endpoint=endpoint, protocol=protocol, tracer_provider=provider, set_global=False, schedule_delay_ms=50
+    )
     _split_requests = split
     _trace_ids.clear()
     _root_span_ids.clear()
@@ -103,8 +104,10 @@ def faithfulness_responder(body: dict) -> dict:
     text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
     bad = "Spain" in text
     claim = "Paris is in Spain" if bad else "Paris is the capital of France"
-    return {"claims": [{"claim": claim, "relevant": "yes"}],
-            "verdicts": [{"id": 1, "verdict": "no" if bad else "yes", "reason": "checked against the contexts"}]}
+    return {
+        "claims": [{"claim": claim, "relevant": "yes"}],
+        "verdicts": [{"id": 1, "verdict": "no" if bad else "yes", "reason": "checked against the contexts"}],
+    }
 
 
 def base_config(tmp_path: Path, **over: Any) -> dict:
@@ -143,8 +146,11 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 def exemplar_lines(text: str, trace_id: str) -> list[str]:
-    return [l for l in text.splitlines()
-            if l.startswith("ragtrace_eval_score_bucket{") and f'# {{trace_id="{trace_id}"}}' in l]
+    return [
+        l
+        for l in text.splitlines()
+        if l.startswith("ragtrace_eval_score_bucket{") and f'# {{trace_id="{trace_id}"}}' in l
+    ]
 
 
 async def wait_until(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
@@ -172,9 +178,15 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
 
     sink = OtlpSink()  # the downstream trace backend receiving the evaluation events
     sink_port = sink.start_http()
-    cfg = load_config(overrides=base_config(tmp_path, judge={"model": "local"},
-                                            scoring={"metrics": ["faithfulness", "answer_relevancy"]},
-                                            export={"otlp_events": {"endpoint": f"http://127.0.0.1:{sink_port}"}}), environ={})
+    cfg = load_config(
+        overrides=base_config(
+            tmp_path,
+            judge={"model": "local"},
+            scoring={"metrics": ["faithfulness", "answer_relevancy"]},
+            export={"otlp_events": {"endpoint": f"http://127.0.0.1:{sink_port}"}},
+        ),
+        environ={},
+    )
     app = CollectorApp(cfg)
     await app.start()
     roots = {}
@@ -224,8 +236,13 @@ def _serve(config_path: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
     log = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(config_path)],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(config_path)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _queued_keys(path: Path) -> set[str]:
@@ -261,8 +278,14 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
         cfg = base_config(
             tmp_path,
             listen={"host": "127.0.0.1", "grpc_port": grpc_port, "http_port": http_port, "metrics_port": metrics_port},
-            judge={"model": "openai/judge-model", "base_url": judge_server.base_url, "api_key": "test-key",
-                   "max_retries": 0, "concurrency": 1, "timeout_seconds": 10},
+            judge={
+                "model": "openai/judge-model",
+                "base_url": judge_server.base_url,
+                "api_key": "test-key",
+                "max_retries": 0,
+                "concurrency": 1,
+                "timeout_seconds": 10,
+            },
             # the default 120 s lease: the restarted process must take back the dead one's leases at
             # once rather than wait them out (the wait below is shorter than the lease)
             scoring={"concurrency": 1, "lease_seconds": 120, "metrics": ["faithfulness"]},
@@ -276,11 +299,14 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
         first = _serve(config_path, log_path)
         try:
             _wait_ready(metrics_port, first, log_path)
-            questions = [f"What is the capital of France? ({i})" if i % 3 else f"Is Paris in Spain? ({i})" for i in range(n)]
+            questions = [
+                f"What is the capital of France? ({i})" if i % 3 else f"Is Paris in Spain? ({i})" for i in range(n)
+            ]
             tids = await asyncio.to_thread(send_traces, f"http://127.0.0.1:{http_port}", "http/protobuf", questions)
             # every record accepted into the queue, some scored, some still waiting
-            await wait_until(lambda: set(tids) <= (_queued_keys(queue_file) | set(stored_keys(results))), 30,
-                             "all records queued")
+            await wait_until(
+                lambda: set(tids) <= (_queued_keys(queue_file) | set(stored_keys(results))), 30, "all records queued"
+            )
             await wait_until(lambda: len(stored_keys(results)) >= 3, 30, "a few records scored")
             assert len(stored_keys(results)) < n, "scoring finished before the kill: make the judge slower"
             first.send_signal(signal.SIGKILL)
@@ -295,23 +321,45 @@ async def test_kill_9_with_queued_records_then_restart_scores_each_exactly_once(
         second = _serve(config_path, log_path)
         try:
             _wait_ready(metrics_port, second, log_path)
-            await wait_until(lambda: len(stored_keys(results)) == n and not _queued_keys(queue_file), 60,
-                             "every record scored after the restart", interval=0.2)
+            await wait_until(
+                lambda: len(stored_keys(results)) == n and not _queued_keys(queue_file),
+                60,
+                "every record scored after the restart",
+                interval=0.2,
+            )
             after = stored_keys(results)
             assert set(after) == set(tids) and all(v == 1 for v in after.values()), after
             text = await asyncio.to_thread(scrape, metrics_port)
             # the restarted process counted exactly the records the killed one had not recorded
             assert sample(text, "ragtrace_evaluations_total", metric="faithfulness") == n - len(before)
-            assert sample(text, "ragtrace_eval_score_count", metric="faithfulness", pipeline="support") == n - len(before)
+            assert sample(text, "ragtrace_eval_score_count", metric="faithfulness", pipeline="support") == n - len(
+                before
+            )
             second.send_signal(signal.SIGTERM)
             assert second.wait(20) == 0
         finally:
             if second.poll() is None:
                 second.kill()
 
-        proc = subprocess.run([sys.executable, "-m", "ragtrace_collector.cli", "results", "--metric", "faithfulness",
-                               "--below", "0.5", "--config", str(config_path), "--json"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ragtrace_collector.cli",
+                "results",
+                "--metric",
+                "faithfulness",
+                "--below",
+                "0.5",
+                "--config",
+                str(config_path),
+                "--json",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         worst = [yaml.safe_load(line) for line in proc.stdout.splitlines()]
         assert {w["trace_id"] for w in worst} == {t for t, q in zip(tids, questions) if "Spain" in q}
@@ -324,21 +372,36 @@ async def test_judge_outage_keeps_records_queued_then_scores_them(tmp_path):
 
     with ScriptedOpenAI(responder=faithfulness_responder) as judge_server:
         judge_server.push(*[Reply(status=503) for _ in range(8)])
-        cfg = load_config(overrides=base_config(
-            tmp_path,
-            judge={"model": "openai/judge-model", "base_url": judge_server.base_url, "api_key": "test-key",
-                   "max_retries": 0, "timeout_seconds": 10},
-            scoring={"backoff_initial_seconds": 0.3, "backoff_max_seconds": 2},
-        ), environ={})
+        cfg = load_config(
+            overrides=base_config(
+                tmp_path,
+                judge={
+                    "model": "openai/judge-model",
+                    "base_url": judge_server.base_url,
+                    "api_key": "test-key",
+                    "max_retries": 0,
+                    "timeout_seconds": 10,
+                },
+                scoring={"backoff_initial_seconds": 0.3, "backoff_max_seconds": 2},
+            ),
+            environ={},
+        )
         app = CollectorApp(cfg)
         await app.start()
         try:
-            tids = await asyncio.to_thread(send_traces, f"http://127.0.0.1:{app.http_port}", "http/protobuf",
-                                           [f"What is the capital of France? ({i})" for i in range(4)])
+            tids = await asyncio.to_thread(
+                send_traces,
+                f"http://127.0.0.1:{app.http_port}",
+                "http/protobuf",
+                [f"What is the capital of France? ({i})" for i in range(4)],
+            )
             registry = app.registry
             unavailable = {"judge": "openai/judge-model", "kind": "unavailable"}
-            await wait_until(lambda: (registry.get_sample_value("ragtrace_judge_errors_total", unavailable) or 0) >= 1,
-                             30, "the judge outage to be noticed")
+            await wait_until(
+                lambda: (registry.get_sample_value("ragtrace_judge_errors_total", unavailable) or 0) >= 1,
+                30,
+                "the judge outage to be noticed",
+            )
             # during the outage nothing is scored and nothing is dropped: the records wait in the queue
             while judge_server.pending > 0:
                 assert not stored_keys(Path(cfg.results_path))
@@ -347,8 +410,14 @@ async def test_judge_outage_keeps_records_queued_then_scores_them(tmp_path):
             await wait_until(lambda: len(stored_keys(Path(cfg.results_path))) == 4, 60, "scoring after recovery")
             await wait_until(lambda: app.queue.depth() == 0, 10, "the queue to empty")
             assert stored_keys(Path(cfg.results_path)) == {t: 1 for t in tids}
-            assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) == 4
-            assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "error"}) is None
+            assert (
+                registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"})
+                == 4
+            )
+            assert (
+                registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "error"})
+                is None
+            )
             assert registry.get_sample_value("ragtrace_records_released_total", {"reason": "judge_unavailable"}) >= 1
         finally:
             await app.stop(drain_timeout=5)

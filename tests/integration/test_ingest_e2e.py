@@ -251,16 +251,35 @@ def test_serve_process_flushes_on_sigterm(tmp_path):
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     env = {**os.environ, "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "30", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--role", "receiver", "--data-dir", str(tmp_path),
-         "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "ragtrace_collector.cli",
+            "serve",
+            "--role",
+            "receiver",
+            "--data-dir",
+            str(tmp_path),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc_port),
+            "--metrics-port",
+            str(metrics),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_for_port(http)
         wait_for_port(metrics)
         assert urllib.request.urlopen(f"http://127.0.0.1:{http}/readyz", timeout=5).status == 200
         provider = TracerProvider(resource=Resource.create({"service.name": "sig"}))
-        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{http}/v1/traces")))
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{http}/v1/traces"))
+        )
         trace_id = F.emit(provider.get_tracer("t"), F.ragtrace_shaped())
         provider.shutdown()
         proc.send_signal(signal.SIGTERM)  # the trace is still inside its 30 s grace period
@@ -279,8 +298,10 @@ def test_serve_process_flushes_on_sigterm(tmp_path):
 
 
 def scripted_faithfulness(body: dict) -> dict:
-    return {"claims": [{"claim": "The warranty covers defects", "relevant": "yes"}],
-            "verdicts": [{"id": 1, "verdict": "yes", "reason": "stated in the contexts"}]}
+    return {
+        "claims": [{"claim": "The warranty covers defects", "relevant": "yes"}],
+        "verdicts": [{"id": 1, "verdict": "yes", "reason": "stated in the contexts"}],
+    }
 
 
 async def test_judge_tokens_spent_close_the_token_budget(collector):
@@ -301,7 +322,9 @@ async def test_judge_tokens_spent_close_the_token_budget(collector):
         first = await asyncio.to_thread(F.emit, tracer, F.ragtrace_shaped())
         g = app.registry.get_sample_value
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}):
+        while time.monotonic() < deadline and not g(
+            "ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}
+        ):
             await asyncio.sleep(0.1)
         assert g("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) == 1
         spent = sum(r.prompt_tokens + r.completion_tokens for r in judge.chat_requests())

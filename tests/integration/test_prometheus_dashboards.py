@@ -61,9 +61,14 @@ class Alertmanager(ChildProcess):
     def __init__(self, binary: str, workdir: Path, port: int) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port
-        argv = [binary, f"--config.file={REPO / 'deploy' / 'alertmanager.yml'}",
-                f"--storage.path={workdir}", f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=", "--log.level=warn"]
+        argv = [
+            binary,
+            f"--config.file={REPO / 'deploy' / 'alertmanager.yml'}",
+            f"--storage.path={workdir}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
         super().__init__("alertmanager", argv, workdir / "alertmanager.log")
 
     @property
@@ -92,17 +97,28 @@ def scenario(tmp_path_factory):
     traffic = None
     out: dict = {"alertmanager": None, "am_alert": None}
     try:
-        collector = CollectorProcess(work / "collector", http_port=free_port(), grpc_port=free_port(),
-                                     metrics_port=free_port(), sampling_rate=0.6)
+        collector = CollectorProcess(
+            work / "collector",
+            http_port=free_port(),
+            grpc_port=free_port(),
+            metrics_port=free_port(),
+            sampling_rate=0.6,
+        )
         children.append(collector)
         am = None
         if alertmanager is not None:
             am = Alertmanager(alertmanager, work / "alertmanager", free_port())
             children.append(am)
-        prom = PrometheusProcess(work / "prometheus", port=free_port(),
-                                 metrics_target=f"127.0.0.1:{collector.metrics_port}", rule_mapping=TEST_WINDOWS,
-                                 scrape_interval="1s", evaluation_interval="1s",
-                                 alertmanager=f"127.0.0.1:{am.port}" if am else None, binary=prometheus)
+        prom = PrometheusProcess(
+            work / "prometheus",
+            port=free_port(),
+            metrics_target=f"127.0.0.1:{collector.metrics_port}",
+            rule_mapping=TEST_WINDOWS,
+            scrape_interval="1s",
+            evaluation_interval="1s",
+            alertmanager=f"127.0.0.1:{am.port}" if am else None,
+            binary=prometheus,
+        )
         children.append(prom)
         collector.wait_ready()
         prom.wait_ready()
@@ -112,8 +128,13 @@ def scenario(tmp_path_factory):
         import ragtrace
 
         # Not the global provider: this pytest process hosts other tests too.
-        handle = ragtrace.init(service_name="rag-demo", endpoint=collector.otlp_http_endpoint,
-                               protocol="http/protobuf", schedule_delay_ms=200, set_global=False)
+        handle = ragtrace.init(
+            service_name="rag-demo",
+            endpoint=collector.otlp_http_endpoint,
+            protocol="http/protobuf",
+            schedule_delay_ms=200,
+            set_global=False,
+        )
         start = time.time()
         traffic = Traffic(RATE, degrade_after=HEALTHY_SECONDS)
         traffic.start()
@@ -125,8 +146,11 @@ def scenario(tmp_path_factory):
             if time.time() < degrade_at:
                 continue
             if fired_prom is None:
-                firing = [a for a in prom.alerts()
-                          if a["labels"]["alertname"] == "RagFaithfulnessLow" and a["state"] == "firing"]
+                firing = [
+                    a
+                    for a in prom.alerts()
+                    if a["labels"]["alertname"] == "RagFaithfulnessLow" and a["state"] == "firing"
+                ]
                 if firing:
                     fired_prom = time.time()
             if am is not None:
@@ -139,10 +163,17 @@ def scenario(tmp_path_factory):
                 break
         time.sleep(2.0)  # a last scrape after the alert
         end = time.time()
-        out.update(prom=prom, start=start, end=end, degrade_at=degrade_at, fired_prom=fired_prom,
-                   alertmanager=am, traffic=traffic,
-                   trace_ids={r.trace_id for r in traffic.recent if r.trace_id},
-                   prom_alerts=prom.alerts())
+        out.update(
+            prom=prom,
+            start=start,
+            end=end,
+            degrade_at=degrade_at,
+            fired_prom=fired_prom,
+            alertmanager=am,
+            traffic=traffic,
+            trace_ids={r.trace_id for r in traffic.recent if r.trace_id},
+            prom_alerts=prom.alerts(),
+        )
         # Panel data, while Prometheus still runs.
         data, per_metric = {}, {}
         for dash in load_dashboards():
@@ -164,10 +195,12 @@ def scenario(tmp_path_factory):
                     series = prom.api("series", **{"match[]": substitute(inner, PANEL_VARS)}, start=start, end=end)
                     variables[(dash["uid"], var["name"])] = sorted({s_[label] for s_ in series if label in s_})
         out["variables"] = variables
-        out["exemplars"] = prom.api("query_exemplars", query='ragtrace_eval_score_bucket{metric="faithfulness"}',
-                                    start=start, end=end)
-        out["ttft_exemplars"] = prom.api("query_exemplars", query="ragtrace_time_to_first_token_seconds_bucket",
-                                         start=start, end=end)
+        out["exemplars"] = prom.api(
+            "query_exemplars", query='ragtrace_eval_score_bucket{metric="faithfulness"}', start=start, end=end
+        )
+        out["ttft_exemplars"] = prom.api(
+            "query_exemplars", query="ragtrace_time_to_first_token_seconds_bucket", start=start, end=end
+        )
         yield out
     finally:
         if traffic is not None:
@@ -184,8 +217,11 @@ def _has_data(result: list[dict]) -> bool:
 
 def test_every_panel_query_returns_data(scenario):
     data = scenario["panel_data"]
-    empty = [f"{uid} / {title} / {ref}: {expr}"
-             for (uid, title, ref), (expr, result) in data.items() if not _has_data(result)]
+    empty = [
+        f"{uid} / {title} / {ref}: {expr}"
+        for (uid, title, ref), (expr, result) in data.items()
+        if not _has_data(result)
+    ]
     assert not empty, "panel queries without data:\n" + "\n".join(empty)
     assert len(data) >= 40
 
@@ -204,8 +240,9 @@ def test_template_variables_list_the_traffic(scenario):
 def test_quality_panels_show_the_drop(scenario):
     """The repeated per-metric row, for faithfulness: high while healthy, low after the faults."""
     key = next(k for k in scenario["per_metric"] if k[0] == "faithfulness" and k[1].startswith("Mean") and k[2] == "A")
-    points = [(float(t), float(v)) for s in scenario["per_metric"][key] for t, v in s["values"]
-              if math.isfinite(float(v))]
+    points = [
+        (float(t), float(v)) for s in scenario["per_metric"][key] for t, v in s["values"] if math.isfinite(float(v))
+    ]
     healthy = [v for t, v in points if scenario["start"] + 10 < t < scenario["degrade_at"]]
     late = [v for t, v in points if t > scenario["end"] - 6]
     assert healthy and late, points
@@ -242,19 +279,22 @@ def test_exemplars_link_scores_and_latency_to_traces(scenario):
 def test_render_panels_to_png(scenario):
     written = []
     for dash in load_dashboards():
-        data = {(title, ref): res for (uid, title, ref), (_, res) in scenario["panel_data"].items()
-                if uid == dash["uid"]}
+        data = {
+            (title, ref): res for (uid, title, ref), (_, res) in scenario["panel_data"].items() if uid == dash["uid"]
+        }
         if dash["uid"] == "ragtrace-quality":
             dash = expand_metric_rows(dash, RENDERED_METRICS)
             data.update({(f"{title} [{m}]", ref): res for (m, title, ref), res in scenario["per_metric"].items()})
-        path = render_dashboard(dash, data, OUTPUT / f"{dash['uid']}.png",
-                                marks={"faults on": scenario["degrade_at"]}, t0=scenario["start"])
+        path = render_dashboard(
+            dash, data, OUTPUT / f"{dash['uid']}.png", marks={"faults on": scenario["degrade_at"]}, t0=scenario["start"]
+        )
         written.append(path)
     for path in written:
         assert path.stat().st_size > 10_000
     summary = {
         "faults_on_to_prometheus_firing_s": round(scenario["fired_prom"] - scenario["degrade_at"], 1)
-        if scenario["fired_prom"] else None,
+        if scenario["fired_prom"]
+        else None,
         "faults_on_to_alertmanager_s": round(scenario["am_seconds"], 1) if scenario.get("am_seconds") else None,
         "panel_queries": len(scenario["panel_data"]),
         "requests_sent": scenario["traffic"].sent,

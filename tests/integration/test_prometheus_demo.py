@@ -40,13 +40,30 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
-    argv = [sys.executable, "-m", "ragtrace_collector.cli", "demo", "--rate", "4", "--degrade-after", "10",
-            "--data-dir", str(tmp_path / "demo")]
+    argv = [
+        sys.executable,
+        "-m",
+        "ragtrace_collector.cli",
+        "demo",
+        "--rate",
+        "4",
+        "--degrade-after",
+        "10",
+        "--data-dir",
+        str(tmp_path / "demo"),
+    ]
     prometheus = find("prometheus")  # without it the demo runs with --no-prometheus (as a user without it would)
     if prometheus is None:
         argv.append("--no-prometheus")
-    proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     lines: list[str] = []
     last = None
     try:
@@ -93,10 +110,22 @@ def test_demo_runs_degrades_and_stops_on_sigterm(tmp_path):
 
 
 def test_demo_stops_cleanly_while_starting(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "ragtrace_collector.cli", "demo", "--no-prometheus",
-                             "--data-dir", str(tmp_path / "demo")],
-                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ragtrace_collector.cli",
+            "demo",
+            "--no-prometheus",
+            "--data-dir",
+            str(tmp_path / "demo"),
+        ],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()  # printed once the signal handlers are installed
         assert first.startswith("starting the collector"), first

@@ -134,4 +134,3 @@ def test_a_record_that_cost_no_tokens_leaves_the_pending_admissions(redis_server
         worker.add_judge_tokens(0)  # scored without spending a token (every metric skipped)
     assert worker.pending() == 0 and worker.usage() == (0, 0)
     assert receiver.acquire() is None  # nothing spent, nothing pending: room again
-

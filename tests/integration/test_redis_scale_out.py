@@ -86,8 +86,20 @@ class Proc:
         env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(self.path), "--log-level", "WARNING"],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "ragtrace_collector.cli",
+                    "serve",
+                    "--config",
+                    str(self.path),
+                    "--log-level",
+                    "WARNING",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         return self
 
@@ -147,20 +159,35 @@ def send_traces(exporters: dict[str, object], start: int, n: int, split: bool, o
         ret = providers[only or ("a" if split else "b")].get_tracer("retriever")
         q = f"What is fact {i}?"
         answer = f"Fact {i} is blue. Fact {i} is round. It was found in {1900 + i}."
-        with gen.start_as_current_span("rag", attributes={
-            A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_CHAIN, A.RAGTRACE_SPAN_ROLE: A.ROLE_PIPELINE,
-            A.RAGTRACE_PIPELINE_NAME: "qa", A.INPUT_VALUE: q,
-        }) as root:
+        with gen.start_as_current_span(
+            "rag",
+            attributes={
+                A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_CHAIN,
+                A.RAGTRACE_SPAN_ROLE: A.ROLE_PIPELINE,
+                A.RAGTRACE_PIPELINE_NAME: "qa",
+                A.INPUT_VALUE: q,
+            },
+        ) as root:
             ids.append(format(root.get_span_context().trace_id, "032x"))
-            with ret.start_as_current_span("retrieve", attributes={
-                A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_RETRIEVER, A.INPUT_VALUE: q,
-                A.document_attr(0, "content"): f"Fact {i} is blue and round.",
-                A.document_attr(0, "id"): f"doc-{i}", A.document_attr(0, "score"): 0.9,
-            }):
+            with ret.start_as_current_span(
+                "retrieve",
+                attributes={
+                    A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_RETRIEVER,
+                    A.INPUT_VALUE: q,
+                    A.document_attr(0, "content"): f"Fact {i} is blue and round.",
+                    A.document_attr(0, "id"): f"doc-{i}",
+                    A.document_attr(0, "score"): 0.9,
+                },
+            ):
                 pass
-            with gen.start_as_current_span("generate", attributes={
-                A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_LLM, A.LLM_MODEL_NAME: "gpt-x", A.OUTPUT_VALUE: answer,
-            }):
+            with gen.start_as_current_span(
+                "generate",
+                attributes={
+                    A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_LLM,
+                    A.LLM_MODEL_NAME: "gpt-x",
+                    A.OUTPUT_VALUE: answer,
+                },
+            ):
                 pass
             root.set_attribute(A.OUTPUT_VALUE, answer)
     for p in providers.values():
@@ -189,6 +216,7 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
     stuck_judge = ScriptedOpenAI(responder=hangs).start()
     procs: list[Proc] = []
     try:
+
         def cfg(role: str, name: str, judge_url: str | None = None) -> dict:
             c = {
                 "role": role,
@@ -199,11 +227,21 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
             }
             if role == "receiver":
                 c["listen"]["http_port"] = free_port()
-                c["assembly"] = {"grace_seconds": 0.5, "max_wait_seconds": 20, "shared_state": srv.url,
-                                 "sweep_interval_seconds": 0.1}
+                c["assembly"] = {
+                    "grace_seconds": 0.5,
+                    "max_wait_seconds": 20,
+                    "shared_state": srv.url,
+                    "sweep_interval_seconds": 0.1,
+                }
             else:
-                c["judge"] = {"model": "openai/scripted", "base_url": judge_url, "api_key": "k",
-                              "concurrency": 2, "timeout_seconds": 300, "max_retries": 0}
+                c["judge"] = {
+                    "model": "openai/scripted",
+                    "base_url": judge_url,
+                    "api_key": "k",
+                    "concurrency": 2,
+                    "timeout_seconds": 300,
+                    "max_retries": 0,
+                }
                 c["scoring"] = {"metrics": [METRIC], "concurrency": 2, "lease_seconds": 60}
             return c
 
@@ -217,8 +255,10 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
             p.start()
         for p in procs:
             p.wait_ready()
-        exporters = {name: OTLPSpanExporter(endpoint=f"http://127.0.0.1:{p.http_port}/v1/traces", timeout=5)
-                     for name, p in (("a", ra), ("b", rb))}
+        exporters = {
+            name: OTLPSpanExporter(endpoint=f"http://127.0.0.1:{p.http_port}/v1/traces", timeout=5)
+            for name, p in (("a", ra), ("b", rb))
+        }
         r = redis.Redis.from_url(srv.url, decode_responses=True)
 
         def marks() -> set[str]:
@@ -255,8 +295,14 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
         assert time.monotonic() - killed_at < 40  # < the 60 s lease: taken over because it died
         assert marks() <= set(wave1)
         live = [w1, w2]
-        wait_until(lambda: sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live)
-                   + w3_counted >= BUDGET_RPM, 10, "summed metrics to catch up")
+        wait_until(
+            lambda: (
+                sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live) + w3_counted
+                >= BUDGET_RPM
+            ),
+            10,
+            "summed metrics to catch up",
+        )
         summed = sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live) + w3_counted
         assert summed == BUDGET_RPM  # exactly once across workers, the killed one included
         assert sum(total(w.scrape(), "ragtrace_queue_reclaimed_total") for w in live) >= 1
@@ -269,20 +315,39 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
         srv.stop()
         wave2 = send_traces({"a": exporters["a"]}, 1000, WAVE2 // 2, split=False, only="a")
         wave2 += send_traces({"b": exporters["b"]}, 2000, WAVE2 - WAVE2 // 2, split=False, only="b")
-        wait_until(lambda: sum(total(p.scrape(), "ragtrace_traces_received_total") for p in receivers) == WAVE1 + WAVE2,
-                   20, "receivers to assemble wave 2 without Redis")
+        wait_until(
+            lambda: sum(total(p.scrape(), "ragtrace_traces_received_total") for p in receivers) == WAVE1 + WAVE2,
+            20,
+            "receivers to assemble wave 2 without Redis",
+        )
         # Sampled with the local budget share and held in memory until Redis is back.
-        wait_until(lambda: sum(total(p.scrape(), "ragtrace_queue_local_buffer_records") for p in receivers)
-                   == sampled() - BUDGET_RPM > 0, 10, "wave-2 records in the receivers' local buffers")
+        wait_until(
+            lambda: (
+                sum(total(p.scrape(), "ragtrace_queue_local_buffer_records") for p in receivers)
+                == sampled() - BUDGET_RPM
+                > 0
+            ),
+            10,
+            "wave-2 records in the receivers' local buffers",
+        )
         assert sum(total(p.scrape(), "ragtrace_otlp_requests_total", status="ok") for p in receivers) > 0
         srv.start()
-        wait_until(lambda: sum(total(p.scrape(), "ragtrace_queue_local_buffer_records") for p in receivers) == 0,
-                   20, "local buffers to flush")
+        wait_until(
+            lambda: sum(total(p.scrape(), "ragtrace_queue_local_buffer_records") for p in receivers) == 0,
+            20,
+            "local buffers to flush",
+        )
         expected = int(sampled())
         wait_until(lambda: len(marks()) >= expected, 45, "wave-2 records scored after the restart")
         assert marks() <= set(wave1) | set(wave2)
-        wait_until(lambda: sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live)
-                   + w3_counted >= expected, 10, "summed metrics after the restart")
+        wait_until(
+            lambda: (
+                sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live) + w3_counted
+                >= expected
+            ),
+            10,
+            "summed metrics after the restart",
+        )
         summed = sum(total(w.scrape(), "ragtrace_evaluations_total", metric=METRIC) for w in live) + w3_counted
         assert summed == expected == len(marks())
         assert sum(total(p.scrape(), "ragtrace_queue_shed_total", reason="redis_unavailable") for p in receivers) == 0

@@ -34,8 +34,24 @@ def test_spans_split_across_receivers_complete_once(redis_server):
     prefix = uuid.uuid4().hex[:8]
     a, b = state(redis_server, prefix), state(redis_server, prefix)
     t = tid(1)
-    a.add(t, [span(t, "00000000000000a1", "00000000000000r1", "retrieve", **{"retrieval.documents.0.document.content": "x"})], 100, False, 0)
-    b.add(t, [span(t, "00000000000000g1", "00000000000000r1", "generate"), span(t, "00000000000000r1", "", "root")], 200, True, 0)
+    a.add(
+        t,
+        [
+            span(
+                t, "00000000000000a1", "00000000000000r1", "retrieve", **{"retrieval.documents.0.document.content": "x"}
+            )
+        ],
+        100,
+        False,
+        0,
+    )
+    b.add(
+        t,
+        [span(t, "00000000000000g1", "00000000000000r1", "generate"), span(t, "00000000000000r1", "", "root")],
+        200,
+        True,
+        0,
+    )
     assert a.inflight() == (1, 300)
     assert a.pop_due(0) == [] and b.pop_due(0) == []  # grace not over
     time.sleep(0.3)
@@ -123,7 +139,10 @@ def test_assembler_over_shared_state_builds_one_record(redis_server):
 
     prefix = uuid.uuid4().hex[:8]
     url = f"{redis_server.url}?prefix={prefix}"
-    asm_a, asm_b = Assembler(RedisAssemblyState.from_config(url, Cfg)), Assembler(RedisAssemblyState.from_config(url, Cfg))
+    asm_a, asm_b = (
+        Assembler(RedisAssemblyState.from_config(url, Cfg)),
+        Assembler(RedisAssemblyState.from_config(url, Cfg)),
+    )
     t = tid(42)
     ra, rb = DecodedRequest(), DecodedRequest()
     ra.traces[t] = [span(t, "00000000000000a1", "00000000000000b1", "retrieve")]

@@ -24,13 +24,20 @@ LEXICAL = ["bleu", "rouge", "levenshtein"]
 
 
 def rec(i: int) -> RagRecord:
-    return RagRecord(trace_id=f"{i + 1:032x}", pipeline="qa", user_input=f"what is {i}?",
-                     response=f"the answer is {i}", reference=f"the answer is {i}")
+    return RagRecord(
+        trace_id=f"{i + 1:032x}",
+        pipeline="qa",
+        user_input=f"what is {i}?",
+        response=f"the answer is {i}",
+        reference=f"the answer is {i}",
+    )
 
 
 def total(registries, metric: str) -> float:
-    return sum(r.get_sample_value("ragtrace_evaluations_total", {"metric": metric, "outcome": "scored"}) or 0
-               for r in registries)
+    return sum(
+        r.get_sample_value("ragtrace_evaluations_total", {"metric": metric, "outcome": "scored"}) or 0
+        for r in registries
+    )
 
 
 async def test_three_workers_with_separate_stores_count_each_record_once(redis_server, tmp_path):
@@ -42,9 +49,13 @@ async def test_three_workers_with_separate_stores_count_each_record_once(redis_s
         assert producer.put(rec(i))
     registries, workers, queues = [], [], []
     for w in range(3):
-        cfg = load_config(overrides={"data_dir": str(tmp_path / f"w{w}"),
-                                     "scoring": {"metrics": LEXICAL, "concurrency": 3, "lease_seconds": 30}},
-                          environ={})
+        cfg = load_config(
+            overrides={
+                "data_dir": str(tmp_path / f"w{w}"),
+                "scoring": {"metrics": LEXICAL, "concurrency": 3, "lease_seconds": 30},
+            },
+            environ={},
+        )
         reg = CollectorRegistry()
         q = RedisStreamQueue(url)
         registries.append(reg)
@@ -96,9 +107,10 @@ async def test_restarted_worker_counts_results_it_stored_but_never_marked(redis_
         assert first_life.scored_marks.first(counted_rec.key, m)
     first_life.close()
 
-    cfg = load_config(overrides={"data_dir": str(data_dir),
-                                 "scoring": {"metrics": LEXICAL, "concurrency": 2, "lease_seconds": 30}},
-                      environ={})
+    cfg = load_config(
+        overrides={"data_dir": str(data_dir), "scoring": {"metrics": LEXICAL, "concurrency": 2, "lease_seconds": 30}},
+        environ={},
+    )
     reg = CollectorRegistry()
     queue = RedisStreamQueue(url, **fast)
     worker = build_worker(cfg, reg, queue, judge=Judge())
@@ -122,4 +134,7 @@ async def test_restarted_worker_counts_results_it_stored_but_never_marked(redis_
     # one record each, though partial_rec's results came from two lives
     assert reg.get_sample_value("ragtrace_records_scored_total", {"pipeline": "qa"}) == 2
     assert ResultsStore(data_dir / "results.sqlite").counts_per_key() == {
-        crashed_rec.key: 3, partial_rec.key: 3, counted_rec.key: 3}
+        crashed_rec.key: 3,
+        partial_rec.key: 3,
+        counted_rec.key: 3,
+    }

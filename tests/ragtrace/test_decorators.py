@@ -151,8 +151,7 @@ class Boom(Exception):
 
 
 # Raised by the functions below: the test checks the app sees these very objects.
-SYNC_ERR, ASYNC_ERR, GEN_ERR, AGEN_ERR = (Boom("sync"), Boom("async"), Boom("in generator"),
-                                          Boom("in async generator"))
+SYNC_ERR, ASYNC_ERR, GEN_ERR, AGEN_ERR = (Boom("sync"), Boom("async"), Boom("in generator"), Boom("in async generator"))
 
 
 @ragtrace.pipeline
@@ -282,8 +281,14 @@ def test_broken_result_reading_is_contained(spans):
 def test_annotate_writes_on_the_pipeline_root(spans):
     @ragtrace.retriever
     def inner(query):
-        ragtrace.annotate(reference="Paris", session_id="s-1", user_id="u-9", tags=["canary", "golden"],
-                          metadata={"tenant": "t1"}, sample=True)
+        ragtrace.annotate(
+            reference="Paris",
+            session_id="s-1",
+            user_id="u-9",
+            tags=["canary", "golden"],
+            metadata={"tenant": "t1"},
+            sample=True,
+        )
         return []
 
     @ragtrace.pipeline(name="annotated")
@@ -308,8 +313,12 @@ def test_generator_reads_openai_shaped_response_and_messages(spans):
     class Obj(dict):
         __getattr__ = dict.get
 
-    response = Obj(id="chatcmpl-1", model="gpt-4o-mini-2024", choices=[Obj(message=Obj(content="Hello."), finish_reason="stop")],
-                   usage=Obj(prompt_tokens=12, completion_tokens=3, total_tokens=15))
+    response = Obj(
+        id="chatcmpl-1",
+        model="gpt-4o-mini-2024",
+        choices=[Obj(message=Obj(content="Hello."), finish_reason="stop")],
+        usage=Obj(prompt_tokens=12, completion_tokens=3, total_tokens=15),
+    )
 
     @ragtrace.generator
     def chat(messages, model="gpt-4o-mini", documents=None):
@@ -382,8 +391,14 @@ def test_sampled_out_requests_record_nothing_and_still_nest_context():
 def test_default_endpoint_and_protocol(monkeypatch):
     from tests.ragtrace.conftest import _reset_settings
 
-    for k in ("RAGTRACE_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-              "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "RAGTRACE_PROTOCOL"):
+    for k in (
+        "RAGTRACE_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "RAGTRACE_PROTOCOL",
+    ):
         monkeypatch.delenv(k, raising=False)
     h = ragtrace.init(set_global=False)
     g = ragtrace.init(protocol="grpc", set_global=False)

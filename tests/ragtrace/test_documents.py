@@ -40,10 +40,18 @@ class NodeWithScore:
 
 CASES = [
     ("str", ["plain text"], (None, "plain text", None, None)),
-    ("dict-content", [{"id": 7, "content": "c", "score": 0.5, "metadata": {"src": "w"}}], ("7", "c", 0.5, {"src": "w"})),
+    (
+        "dict-content",
+        [{"id": 7, "content": "c", "score": 0.5, "metadata": {"src": "w"}}],
+        ("7", "c", 0.5, {"src": "w"}),
+    ),
     ("dict-page_content", [{"page_content": "pc", "metadata": {"id": "m1"}}], ("m1", "pc", None, {"id": "m1"})),
     ("dict-text", [{"text": "tx", "doc_id": "x", "relevance_score": "0.25"}], ("x", "tx", 0.25, None)),
-    ("langchain", [LCDocument("lc text", {"source": "a.md"}, id="lc-1")], ("lc-1", "lc text", None, {"source": "a.md"})),
+    (
+        "langchain",
+        [LCDocument("lc text", {"source": "a.md"}, id="lc-1")],
+        ("lc-1", "lc text", None, {"source": "a.md"}),
+    ),
     ("llamaindex", [NodeWithScore(TextNode("node text", "n-1", {"f": 1}), 0.83)], ("n-1", "node text", 0.83, {"f": 1})),
     ("tuple", [(LCDocument("scored"), 0.42)], (None, "scored", 0.42, None)),
     ("container", {"documents": ["in a dict"]}, (None, "in a dict", None, None)),

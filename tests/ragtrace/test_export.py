@@ -60,8 +60,9 @@ def test_spans_reach_a_real_otlp_receiver(sink, restore_settings, protocol):
         endpoint = f"http://127.0.0.1:{sink.start_grpc()}"
     else:
         endpoint = f"http://127.0.0.1:{sink.start_http()}"
-    handle = ragtrace.init(service_name="svc-under-test", endpoint=endpoint, protocol=protocol,
-                           set_global=False, schedule_delay_ms=50)
+    handle = ragtrace.init(
+        service_name="svc-under-test", endpoint=endpoint, protocol=protocol, set_global=False, schedule_delay_ms=50
+    )
     try:
         assert pipe("What is the capital of France?") == "Paris."
         assert handle.force_flush(10.0)
@@ -86,8 +87,14 @@ def test_spans_reach_a_real_otlp_receiver(sink, restore_settings, protocol):
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_unreachable_exporter_never_blocks_or_breaks_the_app(restore_settings, protocol):
     dead = free_port()  # nothing listens here
-    handle = ragtrace.init(endpoint=f"http://127.0.0.1:{dead}", protocol=protocol, set_global=False,
-                           schedule_delay_ms=20, max_queue_size=256, export_timeout_s=1.0)
+    handle = ragtrace.init(
+        endpoint=f"http://127.0.0.1:{dead}",
+        protocol=protocol,
+        set_global=False,
+        schedule_delay_ms=20,
+        max_queue_size=256,
+        export_timeout_s=1.0,
+    )
     t0 = time.perf_counter()
     for i in range(300):
         assert pipe(f"q{i}") == "Paris."
@@ -106,8 +113,13 @@ def test_unreachable_exporter_never_blocks_or_breaks_the_app(restore_settings, p
 def test_slow_sink_drops_and_counts_with_a_bounded_queue(sink, restore_settings):
     sink.delay = 0.3
     port = sink.start_http()
-    handle = ragtrace.init(endpoint=f"http://127.0.0.1:{port}", set_global=False, schedule_delay_ms=10,
-                           max_queue_size=64, export_timeout_s=2.0)
+    handle = ragtrace.init(
+        endpoint=f"http://127.0.0.1:{port}",
+        set_global=False,
+        schedule_delay_ms=10,
+        max_queue_size=64,
+        export_timeout_s=2.0,
+    )
     for i in range(400):
         pipe(f"q{i}")
     stats = handle.stats()
@@ -154,9 +166,13 @@ def test_app_with_its_own_tracer_provider_is_used_as_is():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res == {"owns": False, "processor": False, "same_provider": True,
-                   "names": ["http-request:None", "retrieve:after init", "retrieve:before init"],
-                   "parent_is_app_span": True}
+    assert res == {
+        "owns": False,
+        "processor": False,
+        "same_provider": True,
+        "names": ["http-request:None", "retrieve:after init", "retrieve:before init"],
+        "parent_is_app_span": True,
+    }
 
 
 def test_env_configuration_is_resolved(monkeypatch, restore_settings, sink):

@@ -72,8 +72,10 @@ def test_usage_with_weird_types(spans):
 
     @ragtrace.generator
     def answer(prompt):
-        return {"answer": "x", "usage": {"prompt_tokens": float("inf"), "completion_tokens": "7",
-                                         "total_tokens": BadInt()}}
+        return {
+            "answer": "x",
+            "usage": {"prompt_tokens": float("inf"), "completion_tokens": "7", "total_tokens": BadInt()},
+        }
 
     answer("p")
     a = spans.attrs("answer")

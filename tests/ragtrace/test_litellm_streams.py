@@ -32,8 +32,13 @@ def _text(chunk) -> str:
 def test_sync_litellm_stream_returned_from_a_generator_function(spans, server):
     @ragtrace.generator
     def complete(messages, model="openai/scripted"):
-        return litellm.completion(model=model, messages=messages, stream=True, api_base=server.base_url,
-                                  stream_options={"include_usage": True})
+        return litellm.completion(
+            model=model,
+            messages=messages,
+            stream=True,
+            api_base=server.base_url,
+            stream_options={"include_usage": True},
+        )
 
     stream = complete([{"role": "user", "content": "When does gallium melt?"}])
     from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
@@ -52,8 +57,9 @@ def test_sync_litellm_stream_returned_from_a_generator_function(spans, server):
 async def test_async_litellm_stream(spans, server):
     @ragtrace.generator(model="openai/scripted")
     async def acomplete(messages):
-        return await litellm.acompletion(model="openai/scripted", messages=messages, stream=True,
-                                         api_base=server.base_url)
+        return await litellm.acompletion(
+            model="openai/scripted", messages=messages, stream=True, api_base=server.base_url
+        )
 
     stream = await acomplete([{"role": "user", "content": "When does gallium melt?"}])
     parts = [_text(c) async for c in stream]

@@ -32,8 +32,9 @@ def test_sync_openai_stream_with_usage(spans, server):
 
     @ragtrace.generator(model="openai/scripted")
     def complete(messages):
-        return client.chat.completions.create(model="scripted", messages=messages, stream=True,
-                                              stream_options={"include_usage": True})
+        return client.chat.completions.create(
+            model="scripted", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
 
     stream = complete(MESSAGES)
     assert isinstance(stream, openai.Stream)  # the proxy passes for the SDK's object
@@ -67,8 +68,9 @@ async def test_async_openai_stream(spans, server):
 
     @ragtrace.generator(model="openai/scripted")
     async def acomplete(messages):
-        return await client.chat.completions.create(model="scripted", messages=messages, stream=True,
-                                                    stream_options={"include_usage": True})
+        return await client.chat.completions.create(
+            model="scripted", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
 
     stream = await acomplete(MESSAGES)
     assert isinstance(stream, openai.AsyncStream)

@@ -85,14 +85,19 @@ def test_env_var_applies_without_init():
         print(SETTINGS.capture_content)
     """)
     env = {**os.environ, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert out.stdout.strip() == "False", out.stderr
 
 
 def test_redaction_regex_list_runs_on_every_text(spans):
-    ragtrace.init(tracer_provider=spans_provider(spans), set_global=False,
-                  redact=[r"secret", r"\b\d{4}-\d{4}\b"])
+    ragtrace.init(tracer_provider=spans_provider(spans), set_global=False, redact=[r"secret", r"\b\d{4}-\d{4}\b"])
     pipe("my secret card 1234-5678")
     for s in spans.all():
         for v in dict(s.attributes).values():
@@ -119,8 +124,13 @@ def test_redaction_callable_and_broken_hook_drops_text(spans):
 
 
 def test_limits_attribute_length_documents_and_span_size(spans):
-    ragtrace.init(tracer_provider=spans_provider(spans), set_global=False, max_attribute_length=100,
-                  max_documents=3, max_span_chars=250)
+    ragtrace.init(
+        tracer_provider=spans_provider(spans),
+        set_global=False,
+        max_attribute_length=100,
+        max_documents=3,
+        max_span_chars=250,
+    )
 
     @ragtrace.retriever
     def many(query):

@@ -5,8 +5,17 @@ import inspect
 import ragtrace
 
 EXPECTED = {
-    "TracingHandle", "annotate", "attributes", "configure_limits", "current_trace_id", "generator",
-    "init", "internal_errors", "pipeline", "reranker", "retriever",
+    "TracingHandle",
+    "annotate",
+    "attributes",
+    "configure_limits",
+    "current_trace_id",
+    "generator",
+    "init",
+    "internal_errors",
+    "pipeline",
+    "reranker",
+    "retriever",
 }
 
 
@@ -25,7 +34,16 @@ def test_public_callables_have_docstrings():
 
 def test_attribute_contract_names_used_by_collector_exist():
     a = ragtrace.attributes
-    for n in ("RAGTRACE_SPAN_ROLE", "RAGTRACE_PIPELINE_NAME", "RAGTRACE_CONTEXTS", "RAGTRACE_REFERENCE",
-              "RAGTRACE_SAMPLE", "RAGTRACE_TIME_PER_OUTPUT_TOKEN", "RAGTRACE_TPOT_BASIS", "RAGTRACE_CHUNK_COUNT",
-              "GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK", "GEN_AI_RETRIEVAL_DOCUMENTS"):
+    for n in (
+        "RAGTRACE_SPAN_ROLE",
+        "RAGTRACE_PIPELINE_NAME",
+        "RAGTRACE_CONTEXTS",
+        "RAGTRACE_REFERENCE",
+        "RAGTRACE_SAMPLE",
+        "RAGTRACE_TIME_PER_OUTPUT_TOKEN",
+        "RAGTRACE_TPOT_BASIS",
+        "RAGTRACE_CHUNK_COUNT",
+        "GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK",
+        "GEN_AI_RETRIEVAL_DOCUMENTS",
+    ):
         assert isinstance(getattr(a, n), str)

@@ -42,22 +42,26 @@ def decode_request(req: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
         resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
         for ss in rs.scope_spans:
             for sp in ss.spans:
-                out.append({
-                    "name": sp.name,
-                    "trace_id": sp.trace_id.hex(),
-                    "span_id": sp.span_id.hex(),
-                    "parent_span_id": sp.parent_span_id.hex() or None,
-                    "kind": sp.kind,
-                    "start_ns": sp.start_time_unix_nano,
-                    "end_ns": sp.end_time_unix_nano,
-                    "attributes": {kv.key: any_value(kv.value) for kv in sp.attributes},
-                    "events": [{"name": e.name, "attributes": {kv.key: any_value(kv.value) for kv in e.attributes}}
-                               for e in sp.events],
-                    "status_code": sp.status.code,
-                    "status_message": sp.status.message,
-                    "resource": resource,
-                    "scope": ss.scope.name,
-                })
+                out.append(
+                    {
+                        "name": sp.name,
+                        "trace_id": sp.trace_id.hex(),
+                        "span_id": sp.span_id.hex(),
+                        "parent_span_id": sp.parent_span_id.hex() or None,
+                        "kind": sp.kind,
+                        "start_ns": sp.start_time_unix_nano,
+                        "end_ns": sp.end_time_unix_nano,
+                        "attributes": {kv.key: any_value(kv.value) for kv in sp.attributes},
+                        "events": [
+                            {"name": e.name, "attributes": {kv.key: any_value(kv.value) for kv in e.attributes}}
+                            for e in sp.events
+                        ],
+                        "status_code": sp.status.code,
+                        "status_message": sp.status.message,
+                        "resource": resource,
+                        "scope": ss.scope.name,
+                    }
+                )
     return out
 
 

@@ -134,8 +134,9 @@ def faithfulness_reply(body: dict, supported: Callable[[int], bool]) -> dict:
         return {"claims": [{"claim": s.strip(), "relevant": "yes"} for s in response.split(".") if s.strip()]}
     if task == "verify_claims":
         n = len(re.findall(r"<claim id=", prompt))
-        return {"verdicts": [{"id": i + 1, "verdict": "yes" if supported(i) else "no", "reason": "r"}
-                             for i in range(n)]}
+        return {
+            "verdicts": [{"id": i + 1, "verdict": "yes" if supported(i) else "no", "reason": "r"} for i in range(n)]
+        }
     return {}
 
 
@@ -196,7 +197,9 @@ class ScriptedOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer((self.host, self.port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -343,7 +346,9 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             logged = server._log(path, body)
             if not isinstance(body, dict):
-                self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}})
+                self._send_json(
+                    400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}}
+                )
                 return
             if server.delay:
                 time.sleep(server.delay)
@@ -374,8 +379,9 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                 message = reply.error_message or f"scripted HTTP {reply.status}"
                 logged.status = reply.status
                 headers = {"Retry-After": f"{reply.retry_after:g}"} if reply.retry_after is not None else None
-                self._send_json(reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}},
-                                headers)
+                self._send_json(
+                    reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}}, headers
+                )
                 return
             payload = server.chat_response(body, reply)
             logged.status = 200
@@ -397,13 +403,27 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
-                    "model": payload["model"]}
+            base = {
+                "id": payload["id"],
+                "object": "chat.completion.chunk",
+                "created": payload["created"],
+                "model": payload["model"],
+            }
             text = payload["choices"][0]["message"]["content"] or ""
             words = re.findall(r"\S+\s*|\s+", text) or [""]
-            events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": w} if i == 0
-                                            else {"content": w}, "finish_reason": None}]}
-                      for i, w in enumerate(words)]
+            events = [
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": w} if i == 0 else {"content": w},
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+                for i, w in enumerate(words)
+            ]
             events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             if include_usage:
                 events.append({**base, "choices": [], "usage": payload["usage"]})

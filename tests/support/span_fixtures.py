@@ -291,8 +291,9 @@ def emit(tracer: trace.Tracer, specs: list[Spec], only: set[int] | None = None) 
         spec = specs[i]
         parent = ctx_spans.get(spec.parent) if spec.parent is not None else None
         ctx = trace.set_span_in_context(parent) if parent is not None else None
-        with tracer.start_as_current_span(spec.name, context=ctx, attributes=spec.attributes,
-                                          record_exception=False, set_status_on_exception=False) as span:
+        with tracer.start_as_current_span(
+            spec.name, context=ctx, attributes=spec.attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
             ctx_spans[i] = span
             trace_id = format(span.get_span_context().trace_id, "032x")
             for name, attrs in spec.events:

@@ -57,24 +57,35 @@ DEMO_WINDOWS = {
 
 # --- arguments ------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds to run (default: until Ctrl-C)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
     parser.add_argument("--rate", type=float, default=2.0, help="example requests per second (default 2)")
-    parser.add_argument("--degrade-after", type=float, default=None, metavar="SECONDS",
-                        help="switch the example's faults on after SECONDS: faithfulness drops")
-    parser.add_argument("--degrade", action="store_true",
-                        help="same as --degrade-after 60 (unless --degrade-after is given)")
+    parser.add_argument(
+        "--degrade-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="switch the example's faults on after SECONDS: faithfulness drops",
+    )
+    parser.add_argument(
+        "--degrade", action="store_true", help="same as --degrade-after 60 (unless --degrade-after is given)"
+    )
     parser.add_argument("--no-prometheus", action="store_true", help="do not start a Prometheus")
-    parser.add_argument("--sampling-rate", type=float, default=1.0,
-                        help="fraction of records scored (default 1)")
-    parser.add_argument("--judge", default="local",
-                        help="judge: 'local' (embedded, offline; default) or a litellm model name")
-    parser.add_argument("--protocol", choices=["http/protobuf", "grpc"], default="http/protobuf",
-                        help="OTLP protocol the example uses (default http/protobuf)")
-    parser.add_argument("--data-dir", default=None,
-                        help="collector data directory (default: a temporary one, removed on exit)")
-    parser.add_argument("--prometheus-port", type=int, default=9090,
-                        help="Prometheus port (default 9090, or a free one if taken)")
+    parser.add_argument("--sampling-rate", type=float, default=1.0, help="fraction of records scored (default 1)")
+    parser.add_argument(
+        "--judge", default="local", help="judge: 'local' (embedded, offline; default) or a litellm model name"
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=["http/protobuf", "grpc"],
+        default="http/protobuf",
+        help="OTLP protocol the example uses (default http/protobuf)",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="collector data directory (default: a temporary one, removed on exit)"
+    )
+    parser.add_argument(
+        "--prometheus-port", type=int, default=9090, help="Prometheus port (default 9090, or a free one if taken)"
+    )
 
 
 # --- ports and processes ---------------------------------------------------------------------------
@@ -106,8 +117,14 @@ class Stopped(Exception):
     """The user stopped the demo (Ctrl-C, SIGTERM) while it was still starting."""
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen | None = None,
-               log_path: Path | None = None, abort: Callable[[], bool] | None = None) -> None:
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    log_path: Path | None = None,
+    abort: Callable[[], bool] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if abort is not None and abort():
@@ -132,8 +149,9 @@ class ChildProcess:
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:
@@ -157,15 +175,41 @@ class ChildProcess:
 class CollectorProcess(ChildProcess):
     """``ragtrace-collector serve`` on loopback with its data in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, *, http_port: int, grpc_port: int, metrics_port: int,
-                 sampling_rate: float = 1.0, judge: str = "local", extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        http_port: int,
+        grpc_port: int,
+        metrics_port: int,
+        sampling_rate: float = 1.0,
+        judge: str = "local",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(extra_env or {})}
-        argv = [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--host", "127.0.0.1",
-                "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-                "--data-dir", str(data_dir), "--judge", judge, "--sampling-rate", str(sampling_rate)]
+        argv = [
+            sys.executable,
+            "-m",
+            "ragtrace_collector.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--data-dir",
+            str(data_dir),
+            "--judge",
+            judge,
+            "--sampling-rate",
+            str(sampling_rate),
+        ]
         super().__init__("collector", argv, data_dir / "collector.log", env)
 
     @property
@@ -199,9 +243,18 @@ def scaled_rules(text: str, mapping: dict[str, str]) -> str:
 class PrometheusProcess(ChildProcess):
     """Debian's ``prometheus`` scraping one collector, with the shipped rules (windows mapped)."""
 
-    def __init__(self, workdir: Path, *, port: int, metrics_target: str, rule_mapping: dict[str, str],
-                 scrape_interval: str = "2s", evaluation_interval: str = "2s",
-                 alertmanager: str | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int,
+        metrics_target: str,
+        rule_mapping: dict[str, str],
+        scrape_interval: str = "2s",
+        evaluation_interval: str = "2s",
+        alertmanager: str | None = None,
+        binary: str | None = None,
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port
         rules_dir = workdir / "rules"
@@ -209,18 +262,26 @@ class PrometheusProcess(ChildProcess):
         for path in sorted(resources.files(RULES_PACKAGE).iterdir(), key=lambda p: p.name):
             if path.name.endswith(".yml"):
                 (rules_dir / path.name).write_text(scaled_rules(path.read_text(encoding="utf-8"), rule_mapping))
-        alerting = (f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n"
-                    if alertmanager else "")
+        alerting = (
+            f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n"
+            if alertmanager
+            else ""
+        )
         (workdir / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {evaluation_interval}\n"
             f"rule_files:\n  - rules/*.yml\n{alerting}"
             f"scrape_configs:\n  - job_name: ragtrace-collector\n    static_configs:\n"
             f"      - targets: ['{metrics_target}']\n"
         )
-        argv = [binary or shutil.which("prometheus") or "prometheus",
-                f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage",
-                "--storage.tsdb.retention.time=1d", "--log.level=warn"]
+        argv = [
+            binary or shutil.which("prometheus") or "prometheus",
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--enable-feature=exemplar-storage",
+            "--storage.tsdb.retention.time=1d",
+            "--log.level=warn",
+        ]
         super().__init__("prometheus", argv, workdir / "prometheus.log")
 
     @property
@@ -228,8 +289,9 @@ class PrometheusProcess(ChildProcess):
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 30.0, abort: Callable[[], bool] | None = None) -> None:
-        wait_until(lambda: b"Ready" in http_get(self.url + "/-/ready"), timeout, "prometheus", self.proc,
-                   self.log_path, abort)
+        wait_until(
+            lambda: b"Ready" in http_get(self.url + "/-/ready"), timeout, "prometheus", self.proc, self.log_path, abort
+        )
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode(params)
@@ -268,8 +330,7 @@ class Traffic:
     always samples those).
     """
 
-    def __init__(self, rate: float, degrade_after: float | None = None, threads: int = 4,
-                 keep: int = 200) -> None:
+    def __init__(self, rate: float, degrade_after: float | None = None, threads: int = 4, keep: int = 200) -> None:
         from ragtrace_collector.examples.rag_app import QUESTIONS, RagApp
 
         # a served model's latency shape: ~0.2 s to first token for a 3-passage prompt, 15 ms per token
@@ -301,7 +362,9 @@ class Traffic:
 
     @property
     def degraded(self) -> bool:
-        return self.degrade_after is not None and self._started and time.monotonic() - self._started >= self.degrade_after
+        return (
+            self.degrade_after is not None and self._started and time.monotonic() - self._started >= self.degrade_after
+        )
 
     def start(self) -> None:
         self._started = time.monotonic()
@@ -360,9 +423,12 @@ class Traffic:
         started = time.time()
         try:
             # degrade: every fault of the example (best passage dropped, invented claim, slow first token)
-            answer = self.app.answer(q["question"], degrade=degraded,
-                                     reference=q["reference"] if n % 4 == 0 else None,
-                                     session_id=f"demo-{n % 10}")
+            answer = self.app.answer(
+                q["question"],
+                degrade=degraded,
+                reference=q["reference"] if n % 4 == 0 else None,
+                session_id=f"demo-{n % 10}",
+            )
             req = Request(started, q["question"], time.perf_counter() - t0, answer.trace_id, degraded)
         except Exception as exc:  # the demo keeps going; the failure is shown
             req = Request(started, q["question"], time.perf_counter() - t0, None, degraded, error=repr(exc))
@@ -429,8 +495,9 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str], elapsed: float,
-           duration: float | None):
+def render(
+    traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str], elapsed: float, duration: float | None
+):
     from rich.console import Group
     from rich.panel import Panel
     from rich.progress_bar import ProgressBar
@@ -442,11 +509,18 @@ def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str
     if traffic.degrade_after is not None and not traffic.degraded:
         state += f" (faults on in {traffic.degrade_after - elapsed:.0f}s)"
     head = Table.grid(padding=(0, 2))
-    head.add_row(f"[b]ragtrace demo[/]  {elapsed:.0f}s" + (f"/{duration:.0f}s" if duration else "  (Ctrl-C to stop)"),
-                 f"example: {state}", f"sent {s['sent']} ({s['failed']} failed)", f"scored {scored}")
-    head.add_row(f"mean faithfulness (last 30) healthy {fmt(s['faithfulness_healthy'])} (n={s['n_healthy']})",
-                 f"degraded {fmt(s['faithfulness_degraded'])} (n={s['n_degraded']})",
-                 f"latency p50 {fmt(s['latency_p50'] and s['latency_p50'] * 1000, '.0f')} ms", "")
+    head.add_row(
+        f"[b]ragtrace demo[/]  {elapsed:.0f}s" + (f"/{duration:.0f}s" if duration else "  (Ctrl-C to stop)"),
+        f"example: {state}",
+        f"sent {s['sent']} ({s['failed']} failed)",
+        f"scored {scored}",
+    )
+    head.add_row(
+        f"mean faithfulness (last 30) healthy {fmt(s['faithfulness_healthy'])} (n={s['n_healthy']})",
+        f"degraded {fmt(s['faithfulness_degraded'])} (n={s['n_degraded']})",
+        f"latency p50 {fmt(s['latency_p50'] and s['latency_p50'] * 1000, '.0f')} ms",
+        "",
+    )
     parts: list[Any] = [head]
     if duration:
         parts.append(ProgressBar(total=duration, completed=min(elapsed, duration), width=60))
@@ -463,10 +537,13 @@ def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str
             v = r.scores.get(m)
             bad = v is not None and ((v > 0.5) if m == "hallucination" else (v < 0.7))
             cells.append(Text(fmt(v), style="red" if bad else ""))
-        table.add_row(time.strftime("%H:%M:%S", time.localtime(r.started)),
-                      ("[red]![/] " if r.degraded else "") + r.question,
-                      f"{r.seconds * 1000:.0f} ms" if not r.error else "[red]error[/]",
-                      *cells, (r.trace_id or "")[:12])
+        table.add_row(
+            time.strftime("%H:%M:%S", time.localtime(r.started)),
+            ("[red]![/] " if r.degraded else "") + r.question,
+            f"{r.seconds * 1000:.0f} ms" if not r.error else "[red]error[/]",
+            *cells,
+            (r.trace_id or "")[:12],
+        )
     parts.append(table)
     links = "\n".join(f"{k}: {v}" for k, v in urls.items())
     alert_text = ", ".join(alerts) if alerts else "none firing"
@@ -476,10 +553,12 @@ def render(traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str
 
 def status_line(traffic: Traffic, scored: int, alerts: list[str], elapsed: float) -> str:
     s = summary(traffic)
-    return (f"[{elapsed:5.0f}s] {'DEGRADED' if traffic.degraded else 'healthy '} sent={s['sent']} "
-            f"failed={s['failed']} scored={scored} faithfulness healthy={fmt(s['faithfulness_healthy'])} "
-            f"(n={s['n_healthy']}) degraded={fmt(s['faithfulness_degraded'])} (n={s['n_degraded']}) "
-            f"alerts={','.join(alerts) or 'none'}")
+    return (
+        f"[{elapsed:5.0f}s] {'DEGRADED' if traffic.degraded else 'healthy '} sent={s['sent']} "
+        f"failed={s['failed']} scored={scored} faithfulness healthy={fmt(s['faithfulness_healthy'])} "
+        f"(n={s['n_healthy']}) degraded={fmt(s['faithfulness_degraded'])} (n={s['n_degraded']}) "
+        f"alerts={','.join(alerts) or 'none'}"
+    )
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -509,14 +588,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         collector = CollectorProcess(
             workdir / "collector",
-            http_port=pick_port(4318), grpc_port=pick_port(4317), metrics_port=pick_port(9464),
-            sampling_rate=args.sampling_rate, judge=args.judge,
+            http_port=pick_port(4318),
+            grpc_port=pick_port(4317),
+            metrics_port=pick_port(9464),
+            sampling_rate=args.sampling_rate,
+            judge=args.judge,
         )
         children.append(collector)
         console.print(f"starting the collector (pid {collector.pid}, log {collector.log_path}) ...")
         collector.wait_ready(abort=stop.is_set)
-        urls = {"/metrics": collector.metrics_url,
-                "OTLP": f"{collector.otlp_http_endpoint} (http), {collector.otlp_grpc_endpoint} (grpc)"}
+        urls = {
+            "/metrics": collector.metrics_url,
+            "OTLP": f"{collector.otlp_http_endpoint} (http), {collector.otlp_grpc_endpoint} (grpc)",
+        }
         prometheus: PrometheusProcess | None = None
         if not args.no_prometheus:
             binary = shutil.which("prometheus")
@@ -524,20 +608,25 @@ def run(args: argparse.Namespace) -> int:
                 console.print("prometheus not installed: skipping it (apt-get install prometheus to add it)")
             else:
                 prometheus = PrometheusProcess(
-                    workdir / "prometheus", port=pick_port(args.prometheus_port),
-                    metrics_target=f"127.0.0.1:{collector.metrics_port}", rule_mapping=DEMO_WINDOWS,
-                    binary=binary)
+                    workdir / "prometheus",
+                    port=pick_port(args.prometheus_port),
+                    metrics_target=f"127.0.0.1:{collector.metrics_port}",
+                    rule_mapping=DEMO_WINDOWS,
+                    binary=binary,
+                )
                 children.append(prometheus)
                 prometheus.wait_ready(abort=stop.is_set)
                 urls["Prometheus"] = f"{prometheus.url}  (alerts: {prometheus.url}/alerts)"
-        urls["worst records (while running)"] = (f"ragtrace-collector results --metric faithfulness --below 0.7 "
-                                 f"--store {collector.results_path}")
+        urls["worst records (while running)"] = (
+            f"ragtrace-collector results --metric faithfulness --below 0.7 --store {collector.results_path}"
+        )
 
         import ragtrace
 
         endpoint = collector.otlp_grpc_endpoint if args.protocol == "grpc" else collector.otlp_http_endpoint
-        handle = ragtrace.init(service_name=SERVICE_NAME, endpoint=endpoint, protocol=args.protocol,
-                               schedule_delay_ms=200)
+        handle = ragtrace.init(
+            service_name=SERVICE_NAME, endpoint=endpoint, protocol=args.protocol, schedule_delay_ms=200
+        )
         traffic = Traffic(args.rate, degrade_after)
         reader = ScoreReader(collector.results_path)
         traffic.start()

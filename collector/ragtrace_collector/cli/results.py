@@ -27,8 +27,9 @@ MAX_TEXT = 160
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary)")
-    parser.add_argument("--summary", action="store_true",
-                        help="per metric: counts by status, mean and sampling-weighted mean score")
+    parser.add_argument(
+        "--summary", action="store_true", help="per metric: counts by status, mean and sampling-weighted mean score"
+    )
     parser.add_argument("--below", type=float, default=None, help="only scores strictly below this")
     parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
     parser.add_argument("--pipeline", default=None, help="only this pipeline")

@@ -144,7 +144,9 @@ class EvaluationEvents:
         parent = None
         if root is not None:
             parent = trace.set_span_in_context(
-                NonRecordingSpan(SpanContext(trace_id, root, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+                NonRecordingSpan(
+                    SpanContext(trace_id, root, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                )
             )
         emitted = 0
         token = _forced_trace_id.set(trace_id)
@@ -180,8 +182,11 @@ class EvaluationEvents:
         if record.service:
             span_attrs["ragtrace.evaluated.service"] = record.service
         span = self.tracer.start_span(
-            f"gen_ai.evaluation {result.metric}", context=parent, kind=SpanKind.INTERNAL,
-            attributes=span_attrs, start_time=now,
+            f"gen_ai.evaluation {result.metric}",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=span_attrs,
+            start_time=now,
         )
         span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, attributes=attrs, timestamp=now)
         if result.status == "error":

@@ -50,11 +50,37 @@ log = logging.getLogger(__name__)
 SCORE_BUCKETS: tuple[float, ...] = tuple(round(i * 0.05, 2) for i in range(0, 21))
 # One judge decision: local judges answer in milliseconds, LLM judges in seconds.
 JUDGE_LATENCY_BUCKETS: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 # The latency metric: OTel GenAI duration advisory buckets (seconds).
 LATENCY_BUCKETS: tuple[float, ...] = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
 )
 
 
@@ -112,15 +138,22 @@ class EvalMetrics:
             registry=registry,
         )
         self.judge_calls = Counter(
-            "ragtrace_judge_calls", "Calls made to the judge (model requests or local inferences).", ["judge"],
+            "ragtrace_judge_calls",
+            "Calls made to the judge (model requests or local inferences).",
+            ["judge"],
             registry=registry,
         )
         self.judge_tokens = Counter(
-            "ragtrace_judge_tokens", "Tokens spent by the judge, by kind (prompt, completion).", ["judge", "kind"],
+            "ragtrace_judge_tokens",
+            "Tokens spent by the judge, by kind (prompt, completion).",
+            ["judge", "kind"],
             registry=registry,
         )
         self.judge_cost = Counter(
-            "ragtrace_judge_cost_usd", "Judge spending in US dollars.", ["judge"], registry=registry,
+            "ragtrace_judge_cost_usd",
+            "Judge spending in US dollars.",
+            ["judge"],
+            registry=registry,
         )
         self.judge_errors = Counter(
             "ragtrace_judge_errors",
@@ -130,11 +163,16 @@ class EvalMetrics:
             registry=registry,
         )
         self.judge_latency = Histogram(
-            "ragtrace_judge_latency_seconds", "Time taken by one judge decision.", ["judge"],
-            buckets=JUDGE_LATENCY_BUCKETS, registry=registry,
+            "ragtrace_judge_latency_seconds",
+            "Time taken by one judge decision.",
+            ["judge"],
+            buckets=JUDGE_LATENCY_BUCKETS,
+            registry=registry,
         )
         self.records_scored = Counter(
-            "ragtrace_records_scored", "Sampled records whose results were recorded.", ["pipeline"],
+            "ragtrace_records_scored",
+            "Sampled records whose results were recorded.",
+            ["pipeline"],
             registry=registry,
         )
         self.records_released = Counter(

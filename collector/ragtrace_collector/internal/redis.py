@@ -65,8 +65,9 @@ class Breaker:
     per call), ``recovered`` ends the outage early (e.g. a flush that reached Redis).
     """
 
-    def __init__(self, what: str, fallback: str, retry_interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, what: str, fallback: str, retry_interval: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.what = what
         self.fallback = fallback
         self.retry_interval = retry_interval

@@ -31,7 +31,9 @@ def open_queue(url: str, max_depth: int = 10000) -> RecordQueue:
         # sqlite:///rel/path -> path "/rel/path" -> "rel/path"; sqlite:////abs/path -> "/abs/path".
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if parts.netloc or not path:
-            raise ValueError(f"sqlite queue URL needs a path and no host, e.g. sqlite:///data/queue.sqlite, got {url!r}")
+            raise ValueError(
+                f"sqlite queue URL needs a path and no host, e.g. sqlite:///data/queue.sqlite, got {url!r}"
+            )
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = set(options) - {"synchronous"}
         if unknown:

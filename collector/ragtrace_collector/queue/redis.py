@@ -130,8 +130,14 @@ class ScoredMarks:
     (longer than any plausible redelivery delay).
     """
 
-    def __init__(self, client: redis.Redis, prefix: str = "ragtrace", owner: str | None = None,
-                 ttl_seconds: int = 7 * 24 * 3600, patience_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "ragtrace",
+        owner: str | None = None,
+        ttl_seconds: int = 7 * 24 * 3600,
+        patience_seconds: float = 60.0,
+    ) -> None:
         self._r = client
         self.prefix = prefix
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}"
@@ -182,9 +188,18 @@ class RedisStreamQueue(RecordQueue):
     ``consumer``: this process's name in the group (default host-pid-random; unique per object).
     """
 
-    def __init__(self, url: str, max_depth: int = 10000, *, consumer: str | None = None,
-                 buffer_size: int | None = None, prefix: str | None = None,
-                 retry_interval: float = 0.5, alive_interval: float = 2.0, alive_ttl: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        max_depth: int = 10000,
+        *,
+        consumer: str | None = None,
+        buffer_size: int | None = None,
+        prefix: str | None = None,
+        retry_interval: float = 0.5,
+        alive_interval: float = 2.0,
+        alive_ttl: float = 10.0,
+    ) -> None:
         _, opts = split_url(url)
         self.url = url
         self.max_depth = int(max_depth)
@@ -203,7 +218,9 @@ class RedisStreamQueue(RecordQueue):
         self._oldest = self._r.register_script(_OLDEST)
 
         # Receiver-side fallback while Redis is unreachable.
-        self.buffer_size = int(buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth)))
+        self.buffer_size = int(
+            buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth))
+        )
         self._buffer: deque[tuple[str, str, str]] = deque()  # (record JSON, enqueued_at, put id)
         self._buf_lock = threading.Lock()
         self._retry_interval = retry_interval
@@ -244,8 +261,10 @@ class RedisStreamQueue(RecordQueue):
                 return self._to_buffer_locked(payload)
 
     def _put_redis(self, payload: tuple[str, str, str]) -> bool:
-        entry_id = self._put(keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload[2]}"],
-                             args=[self.max_depth, payload[0], payload[1]])
+        entry_id = self._put(
+            keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload[2]}"],
+            args=[self.max_depth, payload[0], payload[1]],
+        )
         if entry_id is None:
             self.overflowed += 1
             return False
@@ -401,8 +420,12 @@ class RedisStreamQueue(RecordQueue):
             return out
         # Entries idle on another consumer longer than the lease: that worker died or stalled.
         cursor, claimed, _deleted = self._r.xautoclaim(
-            self.stream, self.group, self.consumer, int(lease_seconds * 1000),
-            start_id=self._claim_cursor, count=n - len(out),
+            self.stream,
+            self.group,
+            self.consumer,
+            int(lease_seconds * 1000),
+            start_id=self._claim_cursor,
+            count=n - len(out),
         )
         self._claim_cursor = cursor if isinstance(cursor, str) else "0-0"
         if claimed:
@@ -433,7 +456,9 @@ class RedisStreamQueue(RecordQueue):
         except Exception as exc:  # unreadable entry: drop it rather than poison every worker
             log.error("dropping unreadable queue entry %s: %s", entry_id, exc)
             self.corrupt += 1
-            self._r.pipeline(transaction=True).xack(self.stream, self.group, entry_id).xdel(self.stream, entry_id).execute()
+            self._r.pipeline(transaction=True).xack(self.stream, self.group, entry_id).xdel(
+                self.stream, entry_id
+            ).execute()
             return None
         with self._att_lock:
             self._attempts[entry_id] = attempts
@@ -448,8 +473,10 @@ class RedisStreamQueue(RecordQueue):
         with self._att_lock:
             attempts = self._attempts.pop(receipt, 1)
         # As in the SQLite queue, the next delivery's attempt number follows this one's.
-        self._release(keys=[self.stream, self.delayed],
-                      args=[self.group, receipt, max(0.0, float(delay)), attempts, self.consumer])
+        self._release(
+            keys=[self.stream, self.delayed],
+            args=[self.group, receipt, max(0.0, float(delay)), attempts, self.consumer],
+        )
 
     def extend(self, receipt: str, lease_seconds: float) -> bool:
         """Renew this delivery's lease (a heartbeat while a slow judge works): the entry's idle time
@@ -493,17 +520,18 @@ class RedisStreamQueue(RecordQueue):
 
         class _Collector:
             def collect(self):
-                g = GaugeMetricFamily("ragtrace_queue_local_buffer_records",
-                                      "Records held in memory while Redis is unreachable")
+                g = GaugeMetricFamily(
+                    "ragtrace_queue_local_buffer_records", "Records held in memory while Redis is unreachable"
+                )
                 g.add_metric([], queue.buffered)
                 yield g
-                c = CounterMetricFamily("ragtrace_queue_shed", "Records shed, by reason",
-                                        labels=["reason"])
+                c = CounterMetricFamily("ragtrace_queue_shed", "Records shed, by reason", labels=["reason"])
                 c.add_metric(["redis_unavailable"], queue.shed)
                 c.add_metric(["stream_full"], queue.overflowed)
                 yield c
-                r = CounterMetricFamily("ragtrace_queue_reclaimed",
-                                        "Records taken over from a worker whose lease expired")
+                r = CounterMetricFamily(
+                    "ragtrace_queue_reclaimed", "Records taken over from a worker whose lease expired"
+                )
                 r.add_metric([], queue.reclaimed)
                 yield r
 

@@ -170,7 +170,10 @@ class OtlpHttpReceiver:
                 except _TooLarge:
                     ing.count(TRANSPORT, outcomes.TOO_LARGE)
                     return _reply(
-                        reply_type, 413, _RESOURCE_EXHAUSTED, f"decompressed request exceeds {ing.max_request_bytes} bytes"
+                        reply_type,
+                        413,
+                        _RESOURCE_EXHAUSTED,
+                        f"decompressed request exceeds {ing.max_request_bytes} bytes",
                     )
                 except zlib.error as exc:
                     ing.count(TRANSPORT, outcomes.MALFORMED)

@@ -37,7 +37,9 @@ async def evaluate_record(
     async def one(name: str) -> MetricResult:
         metric = METRICS.get(name)
         if metric is None:
-            return MetricResult(metric=name, status="error", reason=f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+            return MetricResult(
+                metric=name, status="error", reason=f"unknown metric {name!r}; known: {', '.join(METRICS)}"
+            )
         return await metric.score(record, judge, ctx)
 
     try:

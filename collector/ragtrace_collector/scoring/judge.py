@@ -170,9 +170,7 @@ class Judge:
         """The response's statements, each with whether it addresses the question."""
         raise self._unsupported("statement relevance")
 
-    async def generate_questions(
-        self, response: str, contexts: Sequence[str], n: int = 3
-    ) -> list[GeneratedQuestion]:
+    async def generate_questions(self, response: str, contexts: Sequence[str], n: int = 3) -> list[GeneratedQuestion]:
         """``n`` questions the response answers, each flagged non-committal when the answer evades."""
         raise self._unsupported("question generation")
 
@@ -221,7 +219,13 @@ class Judge:
         raise self._unsupported("G-Eval")
 
     async def geval_score(
-        self, name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], min_score: int = 1, max_score: int = 10
+        self,
+        name: str,
+        criteria: str,
+        steps: Sequence[str],
+        fields: dict[str, str],
+        min_score: int = 1,
+        max_score: int = 10,
     ) -> GEvalScore:
         """Score the fields against the steps, with score probabilities where available."""
         raise self._unsupported("G-Eval")

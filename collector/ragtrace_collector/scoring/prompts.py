@@ -62,6 +62,7 @@ def build(data: Sequence[str], name: str, instruction: str, reply: str) -> str:
 
 # --- reply schemas (lenient about case and spelling of verdicts) --------------------------------
 
+
 def _verdict(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -92,6 +93,7 @@ def _positional_ids(items: Any) -> Any:
 class ClaimItem(_Lenient):
     claim: str
     relevant: Literal["yes", "no", "idk"] | None = None  # None: not given (answer relevancy then errs)
+
     @field_validator("relevant", mode="before")
     @classmethod
     def norm_verdict(cls, v: Any) -> str | None:
@@ -113,6 +115,7 @@ class VerdictItem(_Lenient):
     id: int
     verdict: Literal["yes", "no", "idk"]
     reason: str = ""
+
     @field_validator("verdict", mode="before")
     @classmethod
     def norm_verdict(cls, v: Any) -> str:
@@ -179,6 +182,7 @@ class AttributionItem(_Lenient):
     statement: str
     attributed: Literal["yes", "no", "idk"]
     reason: str = ""
+
     @field_validator("attributed", mode="before")
     @classmethod
     def norm_verdict(cls, v: Any) -> str:
@@ -252,7 +256,7 @@ def claims_prompt(question: str, response: str) -> str:
         TASK_CLAIMS,
         "Break the response into short, self-contained factual claims: one fact each, pronouns replaced by "
         "what they refer to, nothing added. Include every statement the response makes; skip pure greetings. "
-        "For each claim say whether it addresses the question: \"yes\", \"no\", or \"idk\" if ambiguous.",
+        'For each claim say whether it addresses the question: "yes", "no", or "idk" if ambiguous.',
         '{"claims": [{"claim": "<text>", "relevant": "yes|no|idk"}]}',
     )
 
@@ -261,8 +265,8 @@ def verify_prompt(claims: Sequence[str], contexts: Sequence[str]) -> str:
     return build(
         [numbered("context", contexts), numbered("claim", claims)],
         TASK_VERIFY,
-        f"For each of the {len(claims)} claims decide, using only the contexts taken together: \"yes\" if they "
-        "state or directly imply it, \"no\" if they contradict it or do not contain it, \"idk\" if you cannot "
+        f'For each of the {len(claims)} claims decide, using only the contexts taken together: "yes" if they '
+        'state or directly imply it, "no" if they contradict it or do not contain it, "idk" if you cannot '
         "tell. Give one verdict per claim, in order, with a reason of at most 12 words.",
         '{"verdicts": [{"id": <claim id>, "verdict": "yes|no|idk", "reason": "<short>"}]}',
     )
@@ -283,7 +287,7 @@ def questions_prompt(response: str, contexts: Sequence[str], n: int) -> str:
         [numbered("context", contexts), block("response", response)],
         TASK_QUESTIONS,
         f"Write {n} different questions that the response answers. Mark a question noncommittal=true when the "
-        "response is evasive or vague (e.g. \"I don't know\", \"I'm not sure\").",
+        'response is evasive or vague (e.g. "I don\'t know", "I\'m not sure").',
         '{"questions": [{"question": "<text>", "noncommittal": false}]}',
     )
 
@@ -312,7 +316,7 @@ def attribute_prompt(reference: str, contexts: Sequence[str]) -> str:
         [numbered("context", contexts), block("reference", reference)],
         TASK_ATTRIBUTE,
         "Break the reference answer into its statements. For each, say whether the contexts support it "
-        "(\"yes\") or not (\"no\"), with a reason of at most 12 words.",
+        '("yes") or not ("no"), with a reason of at most 12 words.',
         '{"statements": [{"statement": "<text>", "attributed": "yes|no", "reason": "<short>"}]}',
     )
 
@@ -392,12 +396,13 @@ def geval_steps_prompt(name: str, criteria: str) -> str:
     )
 
 
-def geval_score_prompt(
-    name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], lo: int, hi: int
-) -> str:
+def geval_score_prompt(name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], lo: int, hi: int) -> str:
     return build(
-        [block("criteria", criteria, name=escape(name)), numbered("step", steps),
-         *[block("field", v, name=k) for k, v in fields.items()]],
+        [
+            block("criteria", criteria, name=escape(name)),
+            numbered("step", steps),
+            *[block("field", v, name=k) for k, v in fields.items()],
+        ],
         TASK_GEVAL_SCORE,
         f"Follow the steps to grade the fields against the criteria. Give an integer score from {lo} (worst) "
         f"to {hi} (best).",

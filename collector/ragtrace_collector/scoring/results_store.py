@@ -49,8 +49,22 @@ CREATE INDEX IF NOT EXISTS results_metric_score ON results (metric, score);
 """
 
 _COLUMNS = (
-    "record_key", "metric", "status", "score", "label", "reason", "higher_is_better", "details",
-    "trace_id", "pipeline", "service", "judge", "user_input", "response", "sampling_weight", "scored_at",
+    "record_key",
+    "metric",
+    "status",
+    "score",
+    "label",
+    "reason",
+    "higher_is_better",
+    "details",
+    "trace_id",
+    "pipeline",
+    "service",
+    "judge",
+    "user_input",
+    "response",
+    "sampling_weight",
+    "scored_at",
 )
 
 
@@ -207,8 +221,13 @@ class ResultsStore:
             rows = self._db.execute(sql, params).fetchall()
         return [
             {
-                "metric": m, "scored": int(sc or 0), "skipped": int(sk or 0), "error": int(er or 0),
-                "mean": mean, "weighted_mean": wmean, "higher_is_better": bool(hib),
+                "metric": m,
+                "scored": int(sc or 0),
+                "skipped": int(sk or 0),
+                "error": int(er or 0),
+                "mean": mean,
+                "weighted_mean": wmean,
+                "higher_is_better": bool(hib),
             }
             for m, sc, sk, er, mean, wmean, hib in rows
         ]

@@ -383,7 +383,9 @@ class ScoringWorker:
             return done, []
         marks = self.queue.scored_marks
         uncounted = [
-            _stored_result(row) for row in (self.store.get(key) if done else []) if marks.owner_of(key, row.metric) is None
+            _stored_result(row)
+            for row in (self.store.get(key) if done else [])
+            if marks.owner_of(key, row.metric) is None
         ]
         done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
         return done, uncounted
@@ -424,7 +426,13 @@ class ScoringWorker:
 
     async def _judge_unavailable(self, item: Leased, exc: BaseException) -> None:
         delay = self.backoff.failed()
-        log.warning("judge %s unavailable (%s); record %s back in the queue for %.1fs", self.judge_name, exc, item.record.key, delay)
+        log.warning(
+            "judge %s unavailable (%s); record %s back in the queue for %.1fs",
+            self.judge_name,
+            exc,
+            item.record.key,
+            delay,
+        )
         self.metrics.judge_unavailable(self.judge_name)
         await self._release(item, delay, None)
 
@@ -440,8 +448,13 @@ class ScoringWorker:
 def _stored_result(row: Any) -> MetricResult:
     """A results-store row as the result it was stored from (judge usage is not stored)."""
     return MetricResult(
-        row.metric, row.status, score=row.score, reason=row.reason, details=dict(row.details or {}),
-        higher_is_better=bool(row.higher_is_better), label=row.label,
+        row.metric,
+        row.status,
+        score=row.score,
+        reason=row.reason,
+        details=dict(row.details or {}),
+        higher_is_better=bool(row.higher_is_better),
+        label=row.label,
     )
 
 

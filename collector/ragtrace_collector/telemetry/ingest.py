@@ -95,7 +95,10 @@ class IngestMetrics:
             return Histogram(name, doc, tuple(labels), buckets=buckets, registry=registry)
 
         self.ttft = hist(
-            "ragtrace_time_to_first_token_seconds", "Time to the first streamed chunk of the answer.", spm, DURATION_BUCKETS
+            "ragtrace_time_to_first_token_seconds",
+            "Time to the first streamed chunk of the answer.",
+            spm,
+            DURATION_BUCKETS,
         )
         self.tpot = hist(
             "ragtrace_time_per_output_token_seconds",

@@ -16,7 +16,6 @@ from ragtrace_collector.model.result import MetricResult
 from tests.support.paths import REPO
 
 
-
 def fill(path: Path) -> None:
     store = ResultsStore(path)
     for i, score in enumerate([0.9, 0.2, 0.45, 0.7]):
@@ -35,7 +34,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_table_lists_worst_below_threshold(tmp_path):
     fill(tmp_path / "r.sqlite")
     out = io.StringIO()
-    rc = results_cmd.run(parse(["--metric", "faithfulness", "--below", "0.5", "--store", str(tmp_path / "r.sqlite")]), out)
+    rc = results_cmd.run(
+        parse(["--metric", "faithfulness", "--below", "0.5", "--store", str(tmp_path / "r.sqlite")]), out
+    )
     text = out.getvalue()
     assert rc == 0
     assert text.index("0.200") < text.index("0.450")
@@ -46,9 +47,25 @@ def test_table_lists_worst_below_threshold(tmp_path):
 def test_json_via_the_real_cli(tmp_path):
     fill(tmp_path / "r.sqlite")
     proc = subprocess.run(
-        [sys.executable, "-m", "ragtrace_collector.cli", "results", "--metric", "faithfulness", "--below", "0.5",
-         "--limit", "1", "--json", "--store", str(tmp_path / "r.sqlite")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "ragtrace_collector.cli",
+            "results",
+            "--metric",
+            "faithfulness",
+            "--below",
+            "0.5",
+            "--limit",
+            "1",
+            "--json",
+            "--store",
+            str(tmp_path / "r.sqlite"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.strip().splitlines()
@@ -85,8 +102,11 @@ def test_summary_with_weighted_mean(tmp_path):
     path = tmp_path / "r.sqlite"
     store = ResultsStore(path)
     store.add(RagRecord(trace_id="a" * 32, pipeline="qa"), [MetricResult("faithfulness", "scored", 1.0)], "local")
-    store.add(RagRecord(trace_id="b" * 32, pipeline="qa", sampling_weight=3.0),
-              [MetricResult("faithfulness", "scored", 0.0), MetricResult("bleu", "skipped", reason="no reference")], "local")
+    store.add(
+        RagRecord(trace_id="b" * 32, pipeline="qa", sampling_weight=3.0),
+        [MetricResult("faithfulness", "scored", 0.0), MetricResult("bleu", "skipped", reason="no reference")],
+        "local",
+    )
     store.close()
     out = io.StringIO()
     assert results_cmd.run(parse(["--summary", "--json", "--store", str(path)]), out) == 0

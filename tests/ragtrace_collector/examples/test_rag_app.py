@@ -23,7 +23,6 @@ from tests.support.otlp_sink import OtlpSink
 from tests.support.paths import REPO
 
 
-
 @pytest.fixture(scope="module")
 def app():
     return RagApp(token_delay=0.0)
@@ -105,9 +104,27 @@ def test_cli_sends_requests_over_otlp(tmp_path):
     port = sink.start_http()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRACE_", "OTEL_"))}
-        out = subprocess.run([sys.executable, "-m", "ragtrace_collector.examples.rag_app", "--requests", "3", "--endpoint",
-                              f"http://127.0.0.1:{port}", "--token-delay", "0", "--degrade-every", "3", "-q"],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ragtrace_collector.examples.rag_app",
+                "--requests",
+                "3",
+                "--endpoint",
+                f"http://127.0.0.1:{port}",
+                "--token-delay",
+                "0",
+                "--degrade-every",
+                "3",
+                "-q",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         spans = sink.wait_for_spans(12, timeout=20)
     finally:

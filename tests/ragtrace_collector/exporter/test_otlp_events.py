@@ -52,7 +52,11 @@ def test_without_root_span_the_event_is_still_in_the_scored_trace():
     exporter = InMemorySpanExporter()
     events = EvaluationEvents(exporter=exporter, batch=False)
     record = RagRecord(trace_id=TRACE)
-    events.emit(record, [MetricResult("answer_relevancy", "scored", 0.9), MetricResult("bleu", "error", reason="boom")], "gpt-4o-mini")
+    events.emit(
+        record,
+        [MetricResult("answer_relevancy", "scored", 0.9), MetricResult("bleu", "error", reason="boom")],
+        "gpt-4o-mini",
+    )
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == ["gen_ai.evaluation answer_relevancy", "gen_ai.evaluation bleu"]
     assert all(format(s.context.trace_id, "032x") == TRACE and s.parent is None for s in spans)

@@ -25,7 +25,12 @@ def test_scores_outcomes_usage_and_exemplar():
     m = EvalMetrics(registry)
     record = RagRecord(trace_id=TRACE, pipeline="qa")
     results = [
-        MetricResult("faithfulness", "scored", 0.62, usage=JudgeUsage(calls=2, prompt_tokens=100, completion_tokens=20, cost_usd=0.001)),
+        MetricResult(
+            "faithfulness",
+            "scored",
+            0.62,
+            usage=JudgeUsage(calls=2, prompt_tokens=100, completion_tokens=20, cost_usd=0.001),
+        ),
         MetricResult("context_recall", "skipped", reason="no reference"),
         MetricResult("answer_relevancy", "error", reason="bad reply"),
     ]
@@ -43,7 +48,7 @@ def test_scores_outcomes_usage_and_exemplar():
     assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "local", "kind": "failed"}) == 1
     assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "qa"}) == 1
     text = openmetrics_latest(registry).decode()
-    line = next(l for l in text.splitlines() if l.startswith('ragtrace_eval_score_bucket{') and 'le="0.65"' in l)
+    line = next(l for l in text.splitlines() if l.startswith("ragtrace_eval_score_bucket{") and 'le="0.65"' in l)
     assert f'# {{trace_id="{TRACE}"}} 0.62' in line
 
 
@@ -53,8 +58,15 @@ def test_only_new_results_count():
     record = RagRecord(trace_id=TRACE)
     results = [MetricResult("faithfulness", "scored", 1.0), MetricResult("bleu", "scored", 0.3)]
     assert m.observe_results(record, results, "local", new=[False, True]) == 1
-    assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) is None
-    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "bleu", "pipeline": "unknown", "judge": "local"}) == 1
+    assert (
+        registry.get_sample_value("ragtrace_evaluations_total", {"metric": "faithfulness", "outcome": "scored"}) is None
+    )
+    assert (
+        registry.get_sample_value(
+            "ragtrace_eval_score_count", {"metric": "bleu", "pipeline": "unknown", "judge": "local"}
+        )
+        == 1
+    )
     assert m.observe_results(record, results, "local", new=[False, False]) == 0
     assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "unknown"}) == 1
 
@@ -65,8 +77,13 @@ def test_pipeline_label_is_bounded():
     m = EvalMetrics(registry, max_pipelines=3)
     for i in range(10):
         m.observe_results(RagRecord(trace_id=TRACE, pipeline=f"p{i}"), [MetricResult("bleu", "scored", 0.5)], "local")
-    series = {s.labels["pipeline"] for fam in registry.collect() if fam.name == "ragtrace_eval_score"
-              for s in fam.samples if s.name == "ragtrace_eval_score_count"}
+    series = {
+        s.labels["pipeline"]
+        for fam in registry.collect()
+        if fam.name == "ragtrace_eval_score"
+        for s in fam.samples
+        if s.name == "ragtrace_eval_score_count"
+    }
     assert series == {"p0", "p1", "p2", "other"}
     labels = {"metric": "bleu", "pipeline": "other", "judge": "local"}
     assert registry.get_sample_value("ragtrace_eval_score_count", labels) == 7
@@ -101,8 +118,11 @@ def test_sampling_weights_give_an_unbiased_mean():
     registry = CollectorRegistry()
     m = EvalMetrics(registry)
     m.observe_results(RagRecord(trace_id=TRACE, pipeline="p"), [MetricResult("faithfulness", "scored", 1.0)], "local")
-    m.observe_results(RagRecord(trace_id=TRACE, pipeline="p", sampling_weight=10.0),
-                      [MetricResult("faithfulness", "scored", 0.0)], "local")
+    m.observe_results(
+        RagRecord(trace_id=TRACE, pipeline="p", sampling_weight=10.0),
+        [MetricResult("faithfulness", "scored", 0.0)],
+        "local",
+    )
     labels = {"metric": "faithfulness", "pipeline": "p", "judge": "local"}
     weight = registry.get_sample_value("ragtrace_eval_weight_total", labels)
     weighted = registry.get_sample_value("ragtrace_eval_weighted_score_total", labels)
@@ -113,11 +133,29 @@ def test_latency_in_seconds_stays_out_of_the_quality_score_histogram():
     registry = CollectorRegistry()
     m = EvalMetrics(registry)
     record = RagRecord(trace_id=TRACE, pipeline="qa", sampling_weight=2.0)
-    m.observe_results(record, [MetricResult("latency", "scored", 2.27, higher_is_better=False),
-                               MetricResult("faithfulness", "scored", 0.5)], "local")
-    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "latency", "pipeline": "qa", "judge": "local"}) is None
-    assert registry.get_sample_value("ragtrace_eval_weight_total", {"metric": "latency", "pipeline": "qa", "judge": "local"}) is None
+    m.observe_results(
+        record,
+        [MetricResult("latency", "scored", 2.27, higher_is_better=False), MetricResult("faithfulness", "scored", 0.5)],
+        "local",
+    )
+    assert (
+        registry.get_sample_value(
+            "ragtrace_eval_score_count", {"metric": "latency", "pipeline": "qa", "judge": "local"}
+        )
+        is None
+    )
+    assert (
+        registry.get_sample_value(
+            "ragtrace_eval_weight_total", {"metric": "latency", "pipeline": "qa", "judge": "local"}
+        )
+        is None
+    )
     assert registry.get_sample_value("ragtrace_eval_latency_seconds_count", {"pipeline": "qa"}) == 1
     assert registry.get_sample_value("ragtrace_eval_latency_seconds_sum", {"pipeline": "qa"}) == pytest.approx(2.27)
-    assert registry.get_sample_value("ragtrace_eval_score_count", {"metric": "faithfulness", "pipeline": "qa", "judge": "local"}) == 1
+    assert (
+        registry.get_sample_value(
+            "ragtrace_eval_score_count", {"metric": "faithfulness", "pipeline": "qa", "judge": "local"}
+        )
+        == 1
+    )
     assert registry.get_sample_value("ragtrace_evaluations_total", {"metric": "latency", "outcome": "scored"}) == 1

@@ -7,7 +7,9 @@ from ragtrace_collector.model.result import MetricResult
 
 
 def test_record_accepts_ragas_rows_and_document_dicts():
-    r = RagRecord(user_input="q", retrieved_contexts=["a", {"page_content": "b", "id": "d2", "score": 0.5}], response="x")
+    r = RagRecord(
+        user_input="q", retrieved_contexts=["a", {"page_content": "b", "id": "d2", "score": 0.5}], response="x"
+    )
     assert r.context_texts == ["a", "b"]
     assert r.retrieved_contexts[1].id == "d2"
     assert r.to_ragas_row()["retrieved_contexts"] == ["a", "b"]

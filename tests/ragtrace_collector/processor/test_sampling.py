@@ -81,7 +81,9 @@ def test_records_per_minute_budget_refills():
     sampler = Sampler(SamplingConfig(rate=1.0), budget=budget, observer=IngestMetrics(registry))
     results = [sampler.sample(RagRecord(trace_id=f"{i:032x}", pipeline="p")) for i in range(5)]
     assert results == [True, True, True, False, False]
-    assert registry.get_sample_value("ragtrace_traces_dropped_total", {"pipeline": "p", "reason": "budget_records"}) == 2
+    assert (
+        registry.get_sample_value("ragtrace_traces_dropped_total", {"pipeline": "p", "reason": "budget_records"}) == 2
+    )
     now[0] += 20.0  # one record's worth (3/min)
     assert sampler.sample(RagRecord(trace_id="a" * 32, pipeline="p"))
     assert not sampler.sample(RagRecord(trace_id="b" * 32, pipeline="p"))

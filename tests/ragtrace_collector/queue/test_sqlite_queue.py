@@ -124,8 +124,12 @@ def test_leases_of_live_processes_are_not_taken_back(tmp_path):
         time.sleep(30)
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", child], cwd=str(__import__("pathlib").Path(__file__).parents[3]),
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child],
+        cwd=str(__import__("pathlib").Path(__file__).parents[3]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "leased"
         q = SQLiteQueue(path, max_depth=100)

@@ -19,9 +19,10 @@ class Stack:
         self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)
 
     def requests(self, transport: str, status: str) -> float:
-        return self.registry.get_sample_value(
-            "ragtrace_otlp_requests_total", {"transport": transport, "status": status}
-        ) or 0.0
+        return (
+            self.registry.get_sample_value("ragtrace_otlp_requests_total", {"transport": transport, "status": status})
+            or 0.0
+        )
 
     def spans(self, transport: str) -> float:
         return self.registry.get_sample_value("ragtrace_spans_received_total", {"transport": transport}) or 0.0

@@ -51,7 +51,9 @@ async def test_real_exporter_protobuf_and_gzip(served):
     stack = await served()
     trace_id, spans = F.finished_spans(F.ragtrace_shaped(), service="bot")
     assert await asyncio.to_thread(export, stack.url, spans[:2]) == SpanExportResult.SUCCESS
-    assert await asyncio.to_thread(export, stack.url, spans[2:], compression=Compression.Gzip) == SpanExportResult.SUCCESS
+    assert (
+        await asyncio.to_thread(export, stack.url, spans[2:], compression=Compression.Gzip) == SpanExportResult.SUCCESS
+    )
     assert stack.spans("http") == 3 and stack.requests("http", "ok") == 2
     (record,) = stack.records()
     assert record.trace_id == trace_id and record.service == "bot" and record.response == F.ANSWER
@@ -126,7 +128,9 @@ async def test_malformed_and_truncated_bodies_are_400_and_counted(served):
                 assert r.status == 400
                 status = status_pb2.Status.FromString(await r.read())
                 assert status.code == 3 and "OTLP" in status.message
-        async with s.post(stack.url + "/v1/traces", data=b"{not json", headers={"Content-Type": "application/json"}) as r:
+        async with s.post(
+            stack.url + "/v1/traces", data=b"{not json", headers={"Content-Type": "application/json"}
+        ) as r:
             assert r.status == 400 and "invalid JSON" in (await r.json())["message"]
         async with s.post(
             stack.url + "/v1/traces", data=b"\x1f\x8b garbage", headers={**PB, "Content-Encoding": "gzip"}
@@ -174,6 +178,7 @@ async def test_oversized_is_413(served):
     async with aiohttp.ClientSession() as s:
         async with s.post(stack.url + "/v1/traces", data=big, headers=PB) as r:
             assert r.status == 413
+
         # no Content-Length (chunked): the limit still holds while reading
         async def chunks():
             for _ in range(5):

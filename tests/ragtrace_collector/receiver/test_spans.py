@@ -36,12 +36,15 @@ def _array_attributes(span, i):
     span.set_attribute("llm.numbers", list(range(100)))
 
 
-@pytest.mark.parametrize("requests", [
-    pytest.param(lambda: [_request(_content_events)], id="content-events"),
-    pytest.param(lambda: [_request(_array_attributes)], id="array-attributes"),
-    pytest.param(lambda: [F.to_request(F.ragtrace_shaped())[1] for _ in range(30)], id="ragtrace"),
-    pytest.param(lambda: [F.to_request(F.openlit())[1] for _ in range(30)], id="openlit"),
-])
+@pytest.mark.parametrize(
+    "requests",
+    [
+        pytest.param(lambda: [_request(_content_events)], id="content-events"),
+        pytest.param(lambda: [_request(_array_attributes)], id="array-attributes"),
+        pytest.param(lambda: [F.to_request(F.ragtrace_shaped())[1] for _ in range(30)], id="ragtrace"),
+        pytest.param(lambda: [F.to_request(F.openlit())[1] for _ in range(30)], id="openlit"),
+    ],
+)
 def test_byte_estimate_tracks_python_memory(requests):
     reqs = requests()
     gc.collect()

@@ -12,7 +12,11 @@ import pytest
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import (
-    ClaimVerdict, ContextSentences, GeneratedQuestion, Judge, StatementClassification,
+    ClaimVerdict,
+    ContextSentences,
+    GeneratedQuestion,
+    Judge,
+    StatementClassification,
 )
 from ragtrace_collector.scoring.options import ScoringOptions
 
@@ -58,7 +62,9 @@ class ExampleJudge(Judge):
         self.calls.append("extract_claims")
         return list(self.d.get("claims") or self.d.get("response_claims") or [])
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
         self.calls.append("verify_claims")
         reference = self.ex["sample"].get("reference")
         if reference is not None and list(contexts) == [reference]:  # claims checked against the reference

@@ -49,9 +49,17 @@ def responder_for(ex: dict):
             claims = d["response_claims"]
             rel = d.get("entailed_by_relevant_chunk", [0] * len(claims))
             irr = d.get("entailed_by_irrelevant_chunk", [0] * len(claims))
-            return {"claims": [{"id": i + 1, "supported_by": [j + 1 for j in range(len(contexts))
-                                                              if (rel if relevant_chunks[j] else irr)[i]]}
-                               for i in range(len(claims))]}
+            return {
+                "claims": [
+                    {
+                        "id": i + 1,
+                        "supported_by": [
+                            j + 1 for j in range(len(contexts)) if (rel if relevant_chunks[j] else irr)[i]
+                        ],
+                    }
+                    for i in range(len(claims))
+                ]
+            }
         if task == P.TASK_CHUNKS:
             return {"verdicts": [{"id": j, "useful": bool(f)} for j, f in enumerate(relevant_chunks, 1)]}
         if task == P.TASK_SENTENCES:
@@ -59,16 +67,22 @@ def responder_for(ex: dict):
             assert len(sentences) == d["context_sentences"], sentences
             return {"relevant": [sentences.index(s) + 1 for s in d["relevant_sentences"]]}
         if task == P.TASK_ATTRIBUTE:
-            return {"statements": [{"statement": s, "attributed": yn(a)}
-                                   for s, a in zip(d["reference_statements"], d["attributed"])]}
+            return {
+                "statements": [
+                    {"statement": s, "attributed": yn(a)} for s, a in zip(d["reference_statements"], d["attributed"])
+                ]
+            }
         if task == P.TASK_ENTITIES:
             text = blocks(prompt, "data")[0]
             return {"entities": d["reference_entities"] if text == sample.get("reference") else d["context_entities"]}
         if task == P.TASK_CLASSIFY:
             return {"TP": d["TP"], "FP": d["FP"], "FN": d["FN"]}
         if task == P.TASK_QUESTIONS:
-            return {"questions": [{"question": f"generated question {i}", "noncommittal": False}
-                                  for i in range(len(d["cosines"]))]}
+            return {
+                "questions": [
+                    {"question": f"generated question {i}", "noncommittal": False} for i in range(len(d["cosines"]))
+                ]
+            }
         raise AssertionError(f"unexpected task {task}")
 
     return respond
@@ -108,10 +122,18 @@ def variant(ex: dict) -> str | None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e["id"] for e in EXAMPLES] or None)
 async def test_example_through_the_llm_judge_over_http(example: dict) -> None:
     with ScriptedOpenAI(responder=responder_for(example), embedder=embedder_for(example)) as server:
-        judge = LLMJudge("openai/scripted", base_url=server.base_url, api_key="k", timeout=20, max_retries=0,
-                         embedding_model="openai/scripted-embedder")
-        options = ScoringOptions(answer_relevancy_variant=variant(example),
-                                 answer_correctness_weights=tuple(example.get("weights", (0.75, 0.25))))
+        judge = LLMJudge(
+            "openai/scripted",
+            base_url=server.base_url,
+            api_key="k",
+            timeout=20,
+            max_retries=0,
+            embedding_model="openai/scripted-embedder",
+        )
+        options = ScoringOptions(
+            answer_relevancy_variant=variant(example),
+            answer_correctness_weights=tuple(example.get("weights", (0.75, 0.25))),
+        )
         [result] = await evaluate_record(RagRecord(**example["sample"]), [example["metric"]], judge, options)
     assert result.status == "scored", result.reason
     assert result.score == pytest.approx(example["expected_score"], abs=example.get("tolerance", 1e-9))

@@ -10,19 +10,44 @@ import pytest
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.scoring.engine import evaluate_record, unknown_metrics
 from ragtrace_collector.scoring.judge import (
-    ClaimVerdict, GEvalScore, GeneratedQuestion, Judge, JudgeError, SafetyVerdict,
+    ClaimVerdict,
+    GEvalScore,
+    GeneratedQuestion,
+    Judge,
+    JudgeError,
+    SafetyVerdict,
 )
 from ragtrace_collector.scoring.metrics import METRICS
 from ragtrace_collector.scoring.options import ScoringOptions
 
-PINNED = ["faithfulness", "hallucination", "answer_relevancy", "context_precision", "context_relevancy",
-          "context_recall", "context_entity_recall", "answer_correctness", "answer_similarity", "bleu", "rouge",
-          "levenshtein", "noise_sensitivity_relevant", "noise_sensitivity_irrelevant", "completeness", "safety",
-          "geval", "dag", "latency"]
+PINNED = [
+    "faithfulness",
+    "hallucination",
+    "answer_relevancy",
+    "context_precision",
+    "context_relevancy",
+    "context_recall",
+    "context_entity_recall",
+    "answer_correctness",
+    "answer_similarity",
+    "bleu",
+    "rouge",
+    "levenshtein",
+    "noise_sensitivity_relevant",
+    "noise_sensitivity_irrelevant",
+    "completeness",
+    "safety",
+    "geval",
+    "dag",
+    "latency",
+]
 
 FULL = RagRecord(
-    id="x", user_input="Where is the Eiffel Tower?", retrieved_contexts=["The Eiffel Tower is in Paris."],
-    response="The Eiffel Tower is in Paris. It is 330 metres tall.", reference="The Eiffel Tower is in Paris, France.",
+    id="x",
+    user_input="Where is the Eiffel Tower?",
+    retrieved_contexts=["The Eiffel Tower is in Paris."],
+    response="The Eiffel Tower is in Paris. It is 330 metres tall.",
+    reference="The Eiffel Tower is in Paris, France.",
 )
 
 
@@ -92,8 +117,16 @@ async def test_judge_errors_are_errors_with_their_retryable_flag(retryable):
 async def test_claims_are_extracted_once_and_shared():
     judge = CountingJudge()
     results = await evaluate_record(
-        FULL, ["faithfulness", "hallucination", "noise_sensitivity_relevant", "noise_sensitivity_irrelevant",
-               "context_precision"], judge)
+        FULL,
+        [
+            "faithfulness",
+            "hallucination",
+            "noise_sensitivity_relevant",
+            "noise_sensitivity_irrelevant",
+            "context_precision",
+        ],
+        judge,
+    )
     assert all(r.status == "scored" for r in results), [r.reason for r in results]
     assert judge.calls["extract_claims"] == 1
     assert judge.calls["chunk_relevance"] == 1  # reference target shared by precision and noise
@@ -103,8 +136,9 @@ async def test_claims_are_extracted_once_and_shared():
 async def test_idk_counts_as_supported_only_when_set():
     f, h = await evaluate_record(FULL, ["faithfulness", "hallucination"], CountingJudge())
     assert (f.score, h.score) == (0.5, 0.5)
-    f, h = await evaluate_record(FULL, ["faithfulness", "hallucination"], CountingJudge(),
-                                 ScoringOptions(idk_counts_as_supported=True))
+    f, h = await evaluate_record(
+        FULL, ["faithfulness", "hallucination"], CountingJudge(), ScoringOptions(idk_counts_as_supported=True)
+    )
     assert (f.score, h.score) == (1.0, 0.0)
     assert h.details["unsupported"] == []
 
@@ -131,8 +165,9 @@ async def test_answer_relevancy_falls_back_to_the_variant_the_judge_supports():
     [r] = await evaluate_record(record, ["answer_relevancy"], EmbeddingOnly())
     assert r.status == "scored" and r.details["variant"] == "embedding"
     assert r.score == pytest.approx(0.5)
-    [r] = await evaluate_record(record, ["answer_relevancy"], EmbeddingOnly(),
-                                ScoringOptions(answer_relevancy_variant="statements"))
+    [r] = await evaluate_record(
+        record, ["answer_relevancy"], EmbeddingOnly(), ScoringOptions(answer_relevancy_variant="statements")
+    )
     assert r.status == "skipped"
 
 
@@ -141,7 +176,9 @@ async def test_answer_relevancy_questions_all_noncommittal_scores_zero():
         async def generate_questions(self, response, contexts, n=3):
             return [GeneratedQuestion("What?", noncommittal=True) for _ in range(n)]
 
-    [r] = await evaluate_record(FULL, ["answer_relevancy"], Evasive(), ScoringOptions(answer_relevancy_variant="questions"))
+    [r] = await evaluate_record(
+        FULL, ["answer_relevancy"], Evasive(), ScoringOptions(answer_relevancy_variant="questions")
+    )
     assert r.status == "scored" and r.score == 0.0 and r.details["noncommittal"]
 
 
@@ -227,8 +264,10 @@ async def test_dag_walks_yaml_decisions_to_a_leaf():
     [r] = await evaluate_record(FULL, ["dag"], judge, ScoringOptions(dag=DAG))
     assert r.status == "scored" and r.score == 1.0
     assert [p["choice"] for p in r.details["path"]] == ["yes", "yes"]
-    judge = Grader({"Does the response answer the question?": "yes", "Is it concise?": "no"},
-                   GEvalScore(score=4, min_score=1, max_score=5, probabilities={4: 0.5, 5: 0.5}))
+    judge = Grader(
+        {"Does the response answer the question?": "yes", "Is it concise?": "no"},
+        GEvalScore(score=4, min_score=1, max_score=5, probabilities={4: 0.5, 5: 0.5}),
+    )
     [r] = await evaluate_record(FULL, ["dag"], judge, ScoringOptions(dag=DAG))
     assert r.score == pytest.approx((4.5 - 1) / 4)
 
@@ -315,8 +354,12 @@ class Listener(Judge):
 
 
 async def test_completeness_is_the_share_of_satisfied_intentions():
-    record = RagRecord(turns=[{"role": "user", "content": "Table for two, and is there parking?"},
-                              {"role": "assistant", "content": "Booked for two at 8."}])
+    record = RagRecord(
+        turns=[
+            {"role": "user", "content": "Table for two, and is there parking?"},
+            {"role": "assistant", "content": "Booked for two at 8."},
+        ]
+    )
     [r] = await evaluate_record(record, ["completeness"], Listener(["yes", "no"]))
     assert r.status == "scored" and r.score == 0.5
     # a judge that answers fewer verdicts than intentions failed: an error, not a skip or a score

@@ -14,9 +14,15 @@ def rec(i: int, pipeline: str = "qa") -> RagRecord:
 def test_insert_or_ignore_reports_new_rows(tmp_path):
     store = ResultsStore(tmp_path / "r.sqlite")
     r = rec(1)
-    first = store.add(r, [MetricResult("faithfulness", "scored", 0.4), MetricResult("bleu", "skipped", reason="no reference")], "local")
+    first = store.add(
+        r,
+        [MetricResult("faithfulness", "scored", 0.4), MetricResult("bleu", "skipped", reason="no reference")],
+        "local",
+    )
     assert first == [True, True]
-    again = store.add(r, [MetricResult("faithfulness", "scored", 0.9), MetricResult("answer_relevancy", "scored", 1.0)], "local")
+    again = store.add(
+        r, [MetricResult("faithfulness", "scored", 0.9), MetricResult("answer_relevancy", "scored", 1.0)], "local"
+    )
     assert again == [False, True]
     assert store.count(r.key) == 3
     (row,) = [x for x in store.get(r.key) if x.metric == "faithfulness"]
@@ -54,8 +60,14 @@ def test_unsupported_claims_from_either_details_shape():
     from ragtrace_collector.model.result import unsupported_claims
 
     assert unsupported_claims({"unsupported": ["a", "b"]}) == ["a", "b"]
-    faith = {"claims": [{"statement": "x", "verdict": "yes"}, {"statement": "y", "verdict": "no"},
-                        {"statement": "z", "verdict": "idk"}], "idk_counts_as_supported": False}
+    faith = {
+        "claims": [
+            {"statement": "x", "verdict": "yes"},
+            {"statement": "y", "verdict": "no"},
+            {"statement": "z", "verdict": "idk"},
+        ],
+        "idk_counts_as_supported": False,
+    }
     assert unsupported_claims(faith) == ["y", "z"]
     assert unsupported_claims({**faith, "idk_counts_as_supported": True}) == ["y"]
     assert unsupported_claims({}) == [] and unsupported_claims(None) == []

@@ -32,8 +32,9 @@ def test_script_order_statuses_usage_and_request_log():
 
 
 def test_responder_logprobs_delay_and_embeddings():
-    with ScriptedOpenAI(responder=lambda body: Reply(json={"echo": body["model"]}, logprobs=[{"7": -0.1, "8": -2.0}]),
-                        delay=0.2) as server:
+    with ScriptedOpenAI(
+        responder=lambda body: Reply(json={"echo": body["model"]}, logprobs=[{"7": -0.1, "8": -2.0}]), delay=0.2
+    ) as server:
         t0 = time.monotonic()
         r = chat(server).json()
         assert time.monotonic() - t0 >= 0.2

@@ -20,17 +20,23 @@ LEXICAL = ["bleu", "rouge", "levenshtein"]
 
 def rec(i: int, pipeline: str = "qa", **kw) -> RagRecord:
     return RagRecord(
-        trace_id=f"{i + 1:032x}", pipeline=pipeline, user_input=f"what is {i}?",
-        response=f"the answer is {i}", reference=f"the answer is {i}" if i % 2 == 0 else "something else entirely",
+        trace_id=f"{i + 1:032x}",
+        pipeline=pipeline,
+        user_input=f"what is {i}?",
+        response=f"the answer is {i}",
+        reference=f"the answer is {i}" if i % 2 == 0 else "something else entirely",
         **kw,
     )
 
 
 def config(tmp_path, **scoring):
-    return load_config(overrides={
-        "data_dir": str(tmp_path / "data"),
-        "scoring": {"metrics": LEXICAL, "concurrency": 3, "lease_seconds": 30, **scoring},
-    }, environ={})
+    return load_config(
+        overrides={
+            "data_dir": str(tmp_path / "data"),
+            "scoring": {"metrics": LEXICAL, "concurrency": 3, "lease_seconds": 30, **scoring},
+        },
+        environ={},
+    )
 
 
 async def drain(worker, queue, timeout=10.0):
@@ -147,7 +153,12 @@ async def test_skipped_metrics_are_counted_and_stored(tmp_path):
 
 def test_unknown_metric_in_config_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="faithfullness"):
-        build_worker(config(tmp_path, metrics=["faithfullness"]), CollectorRegistry(), SQLiteQueue(tmp_path / "q.sqlite"), judge=Judge())
+        build_worker(
+            config(tmp_path, metrics=["faithfullness"]),
+            CollectorRegistry(),
+            SQLiteQueue(tmp_path / "q.sqlite"),
+            judge=Judge(),
+        )
 
 
 async def test_stop_releases_in_flight_records(tmp_path):
@@ -242,11 +253,14 @@ async def test_judge_outage_keeps_what_scored_and_waits_for_the_rest(tmp_path):
 
     with ScriptedOpenAI(responder=judge_reply) as server:
         server.push(Reply(status=503))
-        cfg = load_config(overrides={
-            "data_dir": str(tmp_path / "data"),
-            "judge": {"model": "openai/judge", "base_url": server.base_url, "api_key": "k", "max_retries": 0},
-            "scoring": {"metrics": ["faithfulness", "bleu"], "backoff_initial_seconds": 0.2},
-        }, environ={})
+        cfg = load_config(
+            overrides={
+                "data_dir": str(tmp_path / "data"),
+                "judge": {"model": "openai/judge", "base_url": server.base_url, "api_key": "k", "max_retries": 0},
+                "scoring": {"metrics": ["faithfulness", "bleu"], "backoff_initial_seconds": 0.2},
+            },
+            environ={},
+        )
         queue = SQLiteQueue(tmp_path / "q.sqlite")
         queue.put(rec(0, retrieved_contexts=["the answer is 0"]))
         registry = CollectorRegistry()
@@ -257,7 +271,9 @@ async def test_judge_outage_keeps_what_scored_and_waits_for_the_rest(tmp_path):
     assert count(registry, "bleu") == 1 and count(registry, "faithfulness") == 1
     assert count(registry, "faithfulness", "error") == 0
     assert registry.get_sample_value("ragtrace_records_released_total", {"reason": "judge_unavailable"}) == 1
-    assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "openai/judge", "kind": "unavailable"}) == 1
+    assert (
+        registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "openai/judge", "kind": "unavailable"}) == 1
+    )
     rows = {r.metric: r for r in ResultsStore(cfg.results_path).get(rec(0).key)}
     assert rows["faithfulness"].score == 1.0 and rows["bleu"].score == 1.0
 

@@ -63,9 +63,10 @@ async def test_assembly_memory_near_its_bound_sheds(tmp_path):
         statuses = [await post(app, F.to_request(F.ragtrace_shaped(n_docs=3))[1].SerializeToString()) for _ in range(8)]
         assert statuses == [200] * 4 + [503] * 4
         assert app.assembler.state.inflight()[1] <= bound
-        assert app.registry.get_sample_value(
-            "ragtrace_otlp_requests_total", {"transport": "http", "status": "overloaded"}
-        ) == 4
+        assert (
+            app.registry.get_sample_value("ragtrace_otlp_requests_total", {"transport": "http", "status": "overloaded"})
+            == 4
+        )
     finally:
         await app.stop(drain_timeout=1)
 
@@ -79,7 +80,9 @@ async def test_sweep_backlog_sheds_until_it_catches_up(tmp_path):
             assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 200
         import asyncio
 
-        app.sweeper.behind_since = asyncio.get_running_loop().time() - 1.0  # a sweep found more than a chunk waiting, 1 s ago
+        app.sweeper.behind_since = (
+            asyncio.get_running_loop().time() - 1.0
+        )  # a sweep found more than a chunk waiting, 1 s ago
         assert await post(app, F.to_request(F.ragtrace_shaped())[1].SerializeToString()) == 503
         assert await app.sweeper.run_once() == 3  # takes chunk after chunk until caught up
         assert app.sweeper.behind_since is None
@@ -93,9 +96,15 @@ async def test_worker_role_scores_what_receivers_queued(tmp_path):
 
     config = make_config(tmp_path, role="worker", scoring={"metrics": ["faithfulness"], "concurrency": 1})
     queue = open_queue(config.queue_url, 10)
-    queue.put(RagRecord(trace_id="ab" * 16, pipeline="p", user_input="What does the warranty cover?",
-                        retrieved_contexts=["The warranty covers manufacturing defects for two years."],
-                        response="The warranty covers manufacturing defects."))
+    queue.put(
+        RagRecord(
+            trace_id="ab" * 16,
+            pipeline="p",
+            user_input="What does the warranty cover?",
+            retrieved_contexts=["The warranty covers manufacturing defects for two years."],
+            response="The warranty covers manufacturing defects.",
+        )
+    )
     queue.close()
     app = CollectorApp(config)
     await app.start()

@@ -56,11 +56,17 @@ def test_every_field_observed_with_exemplar():
     assert [e.labels for e in exemplars] == [{"trace_id": TID}]
     buckets = [float(s.labels["le"]) for s in ttft.samples if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"]
     assert tuple(buckets) == DURATION_BUCKETS
-    tpot = [float(s.labels["le"]) for s in families["ragtrace_time_per_output_token_seconds"].samples
-            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"]
+    tpot = [
+        float(s.labels["le"])
+        for s in families["ragtrace_time_per_output_token_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+    ]
     assert tuple(tpot) == TPOT_BUCKETS
-    toks = {float(s.labels["le"]) for s in families["ragtrace_request_tokens"].samples
-            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"}
+    toks = {
+        float(s.labels["le"])
+        for s in families["ragtrace_request_tokens"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+    }
     assert toks == set(map(float, TOKEN_BUCKETS))
 
 
@@ -85,6 +91,7 @@ def test_label_values_are_bounded():
     assert g("ragtrace_traces_received_total", {"service": "bot", "pipeline": "p2"}) == 1
     assert g("ragtrace_traces_received_total", {"service": "bot", "pipeline": "other"}) == 7
     assert g("ragtrace_traces_received_total", {"service": "unknown", "pipeline": "unknown"}) == 1
-    pipelines = {s.labels["pipeline"] for f in registry.collect() if f.name == "ragtrace_traces_received"
-                 for s in f.samples}
+    pipelines = {
+        s.labels["pipeline"] for f in registry.collect() if f.name == "ragtrace_traces_received" for s in f.samples
+    }
     assert pipelines == {"p0", "p1", "p2", "other", "unknown"}

@@ -56,9 +56,14 @@ def passages() -> list[dict]:
     for z, sym, name, cat, phase, year, who, fact in ELEMENTS:
         slug = name.lower()
         art = "an" if cat[0] in "aeiou" else "a"
-        out.append({"id": f"{slug}-identity", "title": name,
-                    "text": f"{name} is a chemical element with the symbol {sym} and atomic number {z}. "
-                            f"It is {art} {cat} and is {_ordinal_phase(phase)} at standard temperature and pressure."})
+        out.append(
+            {
+                "id": f"{slug}-identity",
+                "title": name,
+                "text": f"{name} is a chemical element with the symbol {sym} and atomic number {z}. "
+                f"It is {art} {cat} and is {_ordinal_phase(phase)} at standard temperature and pressure.",
+            }
+        )
         if year is None:
             disc = f"{name} has been known since antiquity; no single discoverer is credited."
         elif year < 1500:
@@ -70,7 +75,13 @@ def passages() -> list[dict]:
         g = group_of(z)
         pos = f"{name} sits in period {period_of(z)} of the periodic table"
         pos += f", in group {g}." if g is not None else ", in the f-block, which has no group number."
-        out.append({"id": f"{slug}-position", "title": name, "text": pos + f" Its atomic number, {z}, is the number of protons in its nucleus."})
+        out.append(
+            {
+                "id": f"{slug}-position",
+                "title": name,
+                "text": pos + f" Its atomic number, {z}, is the number of protons in its nucleus.",
+            }
+        )
     for gid, text in GENERAL:
         out.append({"id": f"general-{gid}", "title": gid.replace("-", " ").title(), "text": text})
     return out
@@ -91,7 +102,11 @@ def questions() -> list[dict]:
             doc = f"{slug}-identity"
         elif kind == "discovery":
             q = f"Who discovered {name.lower()} and when?"
-            ref = f"{name} was discovered in {year} by {who}." if year >= 1500 else f"{name} is credited to {who}, around {year}."
+            ref = (
+                f"{name} was discovered in {year} by {who}."
+                if year >= 1500
+                else f"{name} is credited to {who}, around {year}."
+            )
             doc = f"{slug}-discovery"
         elif kind == "symbol":
             q = f"What is the chemical symbol of {name.lower()}?"

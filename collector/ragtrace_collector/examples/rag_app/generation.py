@@ -15,8 +15,9 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _TOKEN_SPLIT = re.compile(r"(\s+)")
 
 
-def best_sentences(question: str, contexts: list[str], n: int = 2,
-                   idf: dict[str, float] | None = None, keep_ratio: float = 0.6) -> list[str]:
+def best_sentences(
+    question: str, contexts: list[str], n: int = 2, idf: dict[str, float] | None = None, keep_ratio: float = 0.6
+) -> list[str]:
     """Up to ``n`` sentences with the highest idf-weighted query-term overlap (ties → earlier
     context first); sentences after the first must score at least ``keep_ratio`` of the best."""
     q = set(tokenize(question))
@@ -38,10 +39,17 @@ def best_sentences(question: str, contexts: list[str], n: int = 2,
     return picked or [scored[0][3]]
 
 
-def extractive_stream(question: str, contexts: list[str], *, token_delay: float = 0.0,
-                      prefill_delay: float = 0.0, slow_first_token: float = 0.0,
-                      extra_claim: str | None = None, idf: dict[str, float] | None = None,
-                      with_usage: bool = False) -> Iterator[Any]:
+def extractive_stream(
+    question: str,
+    contexts: list[str],
+    *,
+    token_delay: float = 0.0,
+    prefill_delay: float = 0.0,
+    slow_first_token: float = 0.0,
+    extra_claim: str | None = None,
+    idf: dict[str, float] | None = None,
+    with_usage: bool = False,
+) -> Iterator[Any]:
     """Yield the answer as word tokens (each with its trailing whitespace).
 
     Shaped like a served model so latency dashboards have something real to show: the first token
@@ -68,9 +76,14 @@ def extractive_stream(question: str, contexts: list[str], *, token_delay: float 
             time.sleep(token_delay)
         yield tok
     if with_usage:
-        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens),
-                         "total_tokens": prompt_tokens + len(tokens)}}
+        yield {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(tokens),
+                "total_tokens": prompt_tokens + len(tokens),
+            },
+        }
 
 
 SYSTEM_PROMPT = (
@@ -87,14 +100,20 @@ def build_messages(question: str, contexts: list[str]) -> list[dict[str, str]]:
     ]
 
 
-def llm_stream(model: str, messages: list[dict[str, str]], *, api_base: str | None = None,
-               timeout: float = 60.0) -> Any:
+def llm_stream(
+    model: str, messages: list[dict[str, str]], *, api_base: str | None = None, timeout: float = 60.0
+) -> Any:
     """A litellm streaming completion (chunks in the OpenAI shape, usage in the last one)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
-    kwargs: dict[str, Any] = {"model": model, "messages": messages, "stream": True,
-                              "stream_options": {"include_usage": True}, "timeout": timeout}
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "timeout": timeout,
+    }
     if api_base:
         kwargs["api_base"] = api_base
     return litellm.completion(**kwargs)

@@ -13,10 +13,20 @@ from .app import RagApp
 from .questions import QUESTIONS
 
 
-def run_requests(n: int, *, endpoint: str | None = None, protocol: str | None = None,
-                 service_name: str = "ragtrace-example", degrade_every: int = 0, rate: float = 0.0,
-                 with_reference: bool = True, app: RagApp | None = None, init: bool = True,
-                 on_answer: Callable[[int, Any], None] | None = None, **app_kwargs: Any) -> dict[str, int]:
+def run_requests(
+    n: int,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    service_name: str = "ragtrace-example",
+    degrade_every: int = 0,
+    rate: float = 0.0,
+    with_reference: bool = True,
+    app: RagApp | None = None,
+    init: bool = True,
+    on_answer: Callable[[int, Any], None] | None = None,
+    **app_kwargs: Any,
+) -> dict[str, int]:
     """Answer ``n`` sample questions (cycling), every ``degrade_every``-th one degraded.
 
     Returns the tracing handle's counters after a bounded flush.
@@ -29,8 +39,12 @@ def run_requests(n: int, *, endpoint: str | None = None, protocol: str | None = 
             t0 = time.perf_counter()
             q = QUESTIONS[i % len(QUESTIONS)]
             degrade = bool(degrade_every) and (i + 1) % degrade_every == 0
-            ans = app.answer(q["question"], degrade=degrade, reference=q["reference"] if with_reference else None,
-                             session_id=f"example-{i // 5}")
+            ans = app.answer(
+                q["question"],
+                degrade=degrade,
+                reference=q["reference"] if with_reference else None,
+                session_id=f"example-{i // 5}",
+            )
             if on_answer is not None:
                 on_answer(i, ans)
             if interval:
@@ -65,9 +79,19 @@ def main(argv: list[str] | None = None) -> int:
             flag = " [degraded]" if any(ans.faults.values()) else ""
             print(f"{i + 1:4d} {ans.trace_id} {ans.question}{flag}\n     -> {ans.text[:160]}")
 
-    stats = run_requests(a.requests, endpoint=a.endpoint, protocol=a.protocol, service_name=a.service_name,
-                         degrade_every=a.degrade_every, rate=a.rate, on_answer=show, model=a.model,
-                         token_delay=a.token_delay, drop_best=a.drop_best,
-                         add_unsupported_claim=a.add_unsupported_claim, slow_first_token=a.slow_first_token)
+    stats = run_requests(
+        a.requests,
+        endpoint=a.endpoint,
+        protocol=a.protocol,
+        service_name=a.service_name,
+        degrade_every=a.degrade_every,
+        rate=a.rate,
+        on_answer=show,
+        model=a.model,
+        token_delay=a.token_delay,
+        drop_best=a.drop_best,
+        add_unsupported_claim=a.add_unsupported_claim,
+        slow_first_token=a.slow_first_token,
+    )
     print(f"spans: {stats}", file=sys.stderr)
     return 0

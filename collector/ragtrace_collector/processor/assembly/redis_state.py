@@ -66,7 +66,9 @@ end
 """
 
 # ARGV: prefix, trace, grace, max_wait, nbytes, root, spans_ttl, max_traces, max_bytes, done_ttl, span...
-_ADD = _REMOVE + """
+_ADD = (
+    _REMOVE
+    + """
 local p, tid = ARGV[1], ARGV[2]
 local nspans = #ARGV - 10
 if redis.call('EXISTS', p .. ':asm:done:' .. tid) == 1 then return {nspans, {}} end
@@ -98,9 +100,12 @@ while true do
 end
 return {0, evicted}
 """
+)
 
 # ARGV: prefix, limit (0 = all due), done_ttl
-_POP_DUE = _REMOVE + """
+_POP_DUE = (
+    _REMOVE
+    + """
 local p = ARGV[1]
 local limit = tonumber(ARGV[2])
 local due
@@ -113,6 +118,7 @@ local out = {}
 for _, tid in ipairs(due) do table.insert(out, remove(p, tid, '', ARGV[3])) end
 return out
 """
+)
 
 
 def _decode(spans: list[str]) -> list[SpanData]:
@@ -162,8 +168,16 @@ class RedisAssemblyState(AssemblyState):
             try:
                 late, evicted = self._add(
                     args=[
-                        self.prefix, trace_id, self.grace, self.max_wait, int(nbytes), "1" if root_seen else "0",
-                        self.spans_ttl, self.max_traces, self.max_bytes, self.late_seconds,
+                        self.prefix,
+                        trace_id,
+                        self.grace,
+                        self.max_wait,
+                        int(nbytes),
+                        "1" if root_seen else "0",
+                        self.spans_ttl,
+                        self.max_traces,
+                        self.max_bytes,
+                        self.late_seconds,
                         *(json.dumps(s.to_dict(), separators=(",", ":")) for s in spans),
                     ]
                 )

@@ -34,8 +34,16 @@ from pydantic import BaseModel, ValidationError
 
 from ragtrace_collector.scoring import prompts as P
 from ragtrace_collector.scoring.judge import (
-    ClaimVerdict, ContextSentences, GEvalScore, GeneratedQuestion, Judge, JudgeError, JudgeUnsupported,
-    SafetyVerdict, StatementClassification, record_usage,
+    ClaimVerdict,
+    ContextSentences,
+    GEvalScore,
+    GeneratedQuestion,
+    Judge,
+    JudgeError,
+    JudgeUnsupported,
+    SafetyVerdict,
+    StatementClassification,
+    record_usage,
 )
 from ragtrace_collector.scoring.text import split_sentences
 
@@ -52,9 +60,16 @@ _RETRYABLE_STATUS = {408, 409, 425, 429}
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
-    if isinstance(exc, (litellm.exceptions.Timeout, litellm.exceptions.APIConnectionError,
-                        litellm.exceptions.RateLimitError, litellm.exceptions.ServiceUnavailableError,
-                        litellm.exceptions.InternalServerError)):
+    if isinstance(
+        exc,
+        (
+            litellm.exceptions.Timeout,
+            litellm.exceptions.APIConnectionError,
+            litellm.exceptions.RateLimitError,
+            litellm.exceptions.ServiceUnavailableError,
+            litellm.exceptions.InternalServerError,
+        ),
+    ):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
@@ -170,8 +185,14 @@ class LLMJudge(Judge):
 
     async def _complete(self, messages: list[dict[str, str]], temperature: float, logprobs: bool) -> Any:
         kwargs: dict[str, Any] = dict(
-            model=self.model, messages=messages, temperature=temperature, timeout=self.timeout,
-            max_retries=0, num_retries=0, drop_params=True, **self.extra_params,
+            model=self.model,
+            messages=messages,
+            temperature=temperature,
+            timeout=self.timeout,
+            max_retries=0,
+            num_retries=0,
+            drop_params=True,
+            **self.extra_params,
         )
         if self.base_url:
             kwargs["api_base"] = self.base_url
@@ -251,10 +272,13 @@ class LLMJudge(Judge):
         except _InvalidReply as first:
             repair = messages + [
                 {"role": "assistant", "content": content},
-                {"role": "user", "content": (
-                    f"Your reply could not be used: {first}. Reply again with only the JSON object in the "
-                    "requested format, with every required field."
-                )},
+                {
+                    "role": "user",
+                    "content": (
+                        f"Your reply could not be used: {first}. Reply again with only the JSON object in the "
+                        "requested format, with every required field."
+                    ),
+                },
             ]
             resp = await self._complete(repair, temperature, logprobs)
             content = _content(resp)
@@ -298,11 +322,15 @@ class LLMJudge(Judge):
             raise JudgeError("judge reply gave claims without their relevance verdicts", retryable=False)
         return [ClaimVerdict(c.claim.strip(), c.relevant) for c in claims]  # type: ignore[arg-type]
 
-    async def verify_claims(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[ClaimVerdict]:
+    async def verify_claims(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[ClaimVerdict]:
         """Support is judged against the contexts alone; the question is not part of the prompt."""
         if not claims:
             return []
-        reply, _ = await self.ask(P.verify_prompt(claims, contexts), P.VerdictsReply, _ids_check(len(claims), "verdicts"))
+        reply, _ = await self.ask(
+            P.verify_prompt(claims, contexts), P.VerdictsReply, _ids_check(len(claims), "verdicts")
+        )
         by_id = {v.id: v for v in reply.verdicts}
         return [ClaimVerdict(c, by_id[i].verdict, by_id[i].reason) for i, c in enumerate(claims, 1)]
 
@@ -372,7 +400,9 @@ class LLMJudge(Judge):
         reply, _ = await self.ask(P.intentions_prompt(turns), P.IntentionsReply)
         return [i.strip() for i in reply.intentions if i.strip()]
 
-    async def intentions_satisfied(self, turns: Sequence[tuple[str, str]], intentions: Sequence[str]) -> list[ClaimVerdict]:
+    async def intentions_satisfied(
+        self, turns: Sequence[tuple[str, str]], intentions: Sequence[str]
+    ) -> list[ClaimVerdict]:
         if not intentions:
             return []
         reply, _ = await self.ask(
@@ -385,7 +415,9 @@ class LLMJudge(Judge):
         if category not in P.SAFETY_DEFINITIONS:
             raise JudgeUnsupported(f"unknown safety category {category!r}")
         temperature = 0.0 if vote == 0 else self.safety_vote_temperature
-        reply, _ = await self.ask(P.safety_prompt(category, question, response, vote), P.SafetyReply, temperature=temperature)
+        reply, _ = await self.ask(
+            P.safety_prompt(category, question, response, vote), P.SafetyReply, temperature=temperature
+        )
         return SafetyVerdict(category, reply.unsafe, reply.reason)
 
     async def geval_steps(self, name: str, criteria: str) -> list[str]:
@@ -393,17 +425,29 @@ class LLMJudge(Judge):
         return [s.strip() for s in reply.steps if s.strip()]
 
     async def geval_score(
-        self, name: str, criteria: str, steps: Sequence[str], fields: dict[str, str], min_score: int = 1, max_score: int = 10
+        self,
+        name: str,
+        criteria: str,
+        steps: Sequence[str],
+        fields: dict[str, str],
+        min_score: int = 1,
+        max_score: int = 10,
     ) -> GEvalScore:
         def check(r: P.ScoreReply) -> str | None:
             return None if min_score <= r.score <= max_score else f"score must be within {min_score}-{max_score}"
 
         reply, resp = await self.ask(
-            P.geval_score_prompt(name, criteria, steps, fields, min_score, max_score), P.ScoreReply, check, logprobs=True
+            P.geval_score_prompt(name, criteria, steps, fields, min_score, max_score),
+            P.ScoreReply,
+            check,
+            logprobs=True,
         )
         return GEvalScore(
-            score=float(reply.score), min_score=min_score, max_score=max_score,
-            probabilities=score_probabilities(resp, min_score, max_score), reason=reply.reason,
+            score=float(reply.score),
+            min_score=min_score,
+            max_score=max_score,
+            probabilities=score_probabilities(resp, min_score, max_score),
+            reason=reply.reason,
         )
 
     async def choose(self, instruction: str, options: Sequence[str], fields: dict[str, str]) -> str:
@@ -442,19 +486,26 @@ class LLMJudge(Judge):
             try:
                 from ragtrace_collector.scoring.embeddings import LocalEmbedder
             except ImportError as exc:
-                raise JudgeUnsupported(f"no embedding_model configured and the local embedder is unavailable: {exc}") from exc
+                raise JudgeUnsupported(
+                    f"no embedding_model configured and the local embedder is unavailable: {exc}"
+                ) from exc
             try:
                 self._local_embedder = await asyncio.to_thread(LocalEmbedder.shared)
             except Exception as exc:
-                raise JudgeUnsupported(f"no embedding_model configured and the local embedder failed to load: {exc}") from exc
+                raise JudgeUnsupported(
+                    f"no embedding_model configured and the local embedder failed to load: {exc}"
+                ) from exc
         arr = await asyncio.to_thread(self._local_embedder.embed, texts)
         return [list(map(float, row)) for row in arr]
 
 
 def _retry_after(exc: BaseException) -> float | None:
     """Seconds from a ``Retry-After`` header on the failed response, when there is one."""
-    candidates = (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
-                  getattr(getattr(exc, "response", None), "headers", None))
+    candidates = (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    )
     for headers in candidates:
         if not headers:
             continue
@@ -509,10 +560,10 @@ def score_probabilities(resp: Any, lo: int, hi: int) -> dict[int, float] | None:
     seen = ""
     for entry in entries:
         token = str(_get(entry, "token", ""))
-        if "score" in seen and token.strip(" \":").isdigit():
+        if "score" in seen and token.strip(' ":').isdigit():
             probs: dict[int, float] = {}
             for alt in _get(entry, "top_logprobs") or []:
-                t = str(_get(alt, "token", "")).strip(" \":")
+                t = str(_get(alt, "token", "")).strip(' ":')
                 if t.isdigit() and lo <= int(t) <= hi:
                     probs[int(t)] = probs.get(int(t), 0.0) + math.exp(float(_get(alt, "logprob", -1e9)))
             if not probs:

@@ -7,7 +7,12 @@
 from __future__ import annotations
 
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
-from ragtrace_collector.scoring.metrics.context import ContextEntityRecall, ContextPrecision, ContextRecall, ContextRelevancy
+from ragtrace_collector.scoring.metrics.context import (
+    ContextEntityRecall,
+    ContextPrecision,
+    ContextRecall,
+    ContextRelevancy,
+)
 from ragtrace_collector.scoring.metrics.conversation import Completeness
 from ragtrace_collector.scoring.metrics.correctness import AnswerCorrectness, AnswerSimilarity
 from ragtrace_collector.scoring.metrics.faithfulness import Faithfulness, Hallucination
@@ -21,10 +26,25 @@ from ragtrace_collector.scoring.metrics.safety import Safety
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Faithfulness(), Hallucination(), AnswerRelevancy(), ContextPrecision(), ContextRelevancy(),
-        ContextRecall(), ContextEntityRecall(), AnswerCorrectness(), AnswerSimilarity(), Bleu(), Rouge(),
-        Levenshtein(), NoiseSensitivityRelevant(), NoiseSensitivityIrrelevant(), Completeness(), Safety(),
-        GEval(), Dag(), Latency(),
+        Faithfulness(),
+        Hallucination(),
+        AnswerRelevancy(),
+        ContextPrecision(),
+        ContextRelevancy(),
+        ContextRecall(),
+        ContextEntityRecall(),
+        AnswerCorrectness(),
+        AnswerSimilarity(),
+        Bleu(),
+        Rouge(),
+        Levenshtein(),
+        NoiseSensitivityRelevant(),
+        NoiseSensitivityIrrelevant(),
+        Completeness(),
+        Safety(),
+        GEval(),
+        Dag(),
+        Latency(),
     )
 }
 

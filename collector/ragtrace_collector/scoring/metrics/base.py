@@ -103,13 +103,17 @@ class ScoringContext:
     async def claim_verdicts(self) -> list[ClaimVerdict]:
         """A verdict for every claim against all contexts, in one judge call."""
         claims = await self.claims()
-        verdicts = await self.memo(("claim_verdicts",), lambda: self.judge.verify_claims(claims, self.contexts, self.question))
+        verdicts = await self.memo(
+            ("claim_verdicts",), lambda: self.judge.verify_claims(claims, self.contexts, self.question)
+        )
         return _aligned(verdicts, len(claims), "claim verdicts")
 
     async def claims_vs_reference(self) -> list[ClaimVerdict]:
         claims = await self.claims()
         ref = self.record.reference or ""
-        verdicts = await self.memo(("claims_vs_reference",), lambda: self.judge.verify_claims(claims, [ref], self.question))
+        verdicts = await self.memo(
+            ("claims_vs_reference",), lambda: self.judge.verify_claims(claims, [ref], self.question)
+        )
         return _aligned(verdicts, len(claims), "claim verdicts against the reference")
 
     async def claims_per_context(self) -> list[list[ClaimVerdict]]:
@@ -226,7 +230,11 @@ class Metric(abc.ABC):
         value = float(outcome.score)
         if not math.isfinite(value) or value < lo - 1e-9 or value > hi + 1e-9:
             return MetricResult(
-                status="error", reason=f"score {value!r} outside [{lo}, {hi}]", usage=usage, details=outcome.details, **base
+                status="error",
+                reason=f"score {value!r} outside [{lo}, {hi}]",
+                usage=usage,
+                details=outcome.details,
+                **base,
             )
         value = min(hi, max(lo, value))
         return MetricResult(

@@ -57,7 +57,9 @@ class ContextRelevancy(Metric):
             raise MetricSkipped("the contexts contain no sentences")
         if len(result.relevant) > result.total:
             raise JudgeError(f"judge returned {len(result.relevant)} relevant of {result.total} sentences")
-        return Outcome(len(result.relevant) / result.total, {"relevant_sentences": result.relevant, "total": result.total})
+        return Outcome(
+            len(result.relevant) / result.total, {"relevant_sentences": result.relevant, "total": result.total}
+        )
 
 
 class ContextRecall(Metric):
@@ -97,7 +99,9 @@ class ContextEntityRecall(Metric):
     requires = ("reference", "retrieved_contexts")
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
-        ref_entities = await ctx.memo(("entities", "reference"), lambda: ctx.judge.extract_entities(ctx.record.reference or ""))
+        ref_entities = await ctx.memo(
+            ("entities", "reference"), lambda: ctx.judge.extract_entities(ctx.record.reference or "")
+        )
         joined = "\n\n".join(ctx.contexts)
         ctx_entities = await ctx.memo(("entities", "contexts"), lambda: ctx.judge.extract_entities(joined))
         ref = {normalise_entity(e): e for e in ref_entities if normalise_entity(e)}
@@ -108,6 +112,10 @@ class ContextEntityRecall(Metric):
         missing = [orig for norm, orig in ref.items() if norm not in found]
         return Outcome(
             len(recalled) / len(ref),
-            {"reference_entities": list(ref.values()), "context_entities": list(ctx_entities),
-             "recalled": recalled, "missing": missing},
+            {
+                "reference_entities": list(ref.values()),
+                "context_entities": list(ctx_entities),
+                "recalled": recalled,
+                "missing": missing,
+            },
         )

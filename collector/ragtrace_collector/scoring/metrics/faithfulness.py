@@ -36,8 +36,12 @@ class Faithfulness(Metric):
         supported = sum(_supported(v.verdict, idk) for v in verdicts)
         return Outcome(
             supported / len(claims),
-            {"claims": [verdict_detail(v) for v in verdicts], "supported": supported, "total": len(claims),
-             "idk_counts_as_supported": idk},
+            {
+                "claims": [verdict_detail(v) for v in verdicts],
+                "supported": supported,
+                "total": len(claims),
+                "idk_counts_as_supported": idk,
+            },
         )
 
 
@@ -58,6 +62,10 @@ class Hallucination(Metric):
         bad = [v for v in verdicts if not _supported(v.verdict, idk)]
         return Outcome(
             len(bad) / len(claims),
-            {"claims": [verdict_detail(v) for v in verdicts], "unsupported": [v.statement for v in bad],
-             "total": len(claims), "idk_counts_as_supported": idk},
+            {
+                "claims": [verdict_detail(v) for v in verdicts],
+                "unsupported": [v.statement for v in bad],
+                "total": len(claims),
+                "idk_counts_as_supported": idk,
+            },
         )

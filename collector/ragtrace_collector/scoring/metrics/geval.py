@@ -81,9 +81,16 @@ async def run_geval(ctx: ScoringContext, spec: dict[str, Any]) -> Outcome:
         raise JudgeError(f"judge score {raw} outside [{lo}, {hi}]")
     return Outcome(
         normalise(raw, lo, hi),
-        {"name": name, "steps": steps, "raw_score": g.score, "weighted_score": raw,
-         "probabilities": g.probabilities, "weighted": bool(g.probabilities), "reason": g.reason,
-         "range": [lo, hi]},
+        {
+            "name": name,
+            "steps": steps,
+            "raw_score": g.score,
+            "weighted_score": raw,
+            "probabilities": g.probabilities,
+            "weighted": bool(g.probabilities),
+            "reason": g.reason,
+            "range": [lo, hi],
+        },
     )
 
 
@@ -142,8 +149,9 @@ def _validate_node(node: Any, path: str) -> None:
     if not node.get("instruction") or not isinstance(node.get("options"), dict) or not node["options"]:
         raise ValueError(f"DAG node {path} needs 'instruction' and non-empty 'options' (or be a leaf with score/geval)")
     # YAML 1.1 reads bare yes/no keys as booleans: give them back their words.
-    node["options"] = {({True: "yes", False: "no"}.get(k, k) if isinstance(k, bool) else str(k)): v
-                       for k, v in node["options"].items()}
+    node["options"] = {
+        ({True: "yes", False: "no"}.get(k, k) if isinstance(k, bool) else str(k)): v for k, v in node["options"].items()
+    }
     for option, child in node["options"].items():
         _validate_node(child, f"{path}/{option}")
 
@@ -186,4 +194,3 @@ class Dag(Metric):
         inner = await run_geval(ctx, node["geval"])
         details["geval"] = inner.details
         return Outcome(inner.score, details)
-

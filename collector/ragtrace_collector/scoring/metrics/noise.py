@@ -15,8 +15,7 @@ async def _noise(ctx: ScoringContext) -> dict:
     n = len(claims)
     by_relevant = [any(entail[j][i] for j in range(len(entail)) if relevant_chunks[j]) for i in range(n)]
     by_irrelevant = [
-        any(entail[j][i] for j in range(len(entail)) if not relevant_chunks[j]) and not by_relevant[i]
-        for i in range(n)
+        any(entail[j][i] for j in range(len(entail)) if not relevant_chunks[j]) and not by_relevant[i] for i in range(n)
     ]
     incorrect = [not c for c in correct]
     return {

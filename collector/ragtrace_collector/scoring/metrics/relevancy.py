@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 from ragtrace_collector.scoring.judge import JudgeUnsupported
 from ragtrace_collector.scoring.metrics.base import (
-    Metric, MetricSkipped, Outcome, ScoringContext, clip01, cosine, verdict_detail,
+    Metric,
+    MetricSkipped,
+    Outcome,
+    ScoringContext,
+    clip01,
+    cosine,
+    verdict_detail,
 )
 from ragtrace_collector.scoring.options import ANSWER_RELEVANCY_VARIANTS
 from ragtrace_collector.scoring.text import split_sentences
@@ -65,7 +71,9 @@ class AnswerRelevancy(Metric):
         generated = [g for g in generated if g.question.strip()]  # an empty question has no meaning to compare
         if not generated:
             raise MetricSkipped("the judge generated no questions")
-        details: dict[str, Any] = {"questions": [{"question": g.question, "noncommittal": g.noncommittal} for g in generated]}
+        details: dict[str, Any] = {
+            "questions": [{"question": g.question, "noncommittal": g.noncommittal} for g in generated]
+        }
         if all(g.noncommittal for g in generated):
             details["noncommittal"] = True
             return Outcome(0.0, details)

@@ -78,9 +78,7 @@ def test_multi_turn_prompt_becomes_the_conversation(llm_attrs):
     type(r).model_validate(r.model_dump())  # valid by the shared model's rules
 
 
-@pytest.mark.parametrize(
-    "fixture", [F.openinference_langchain, F.openinference_llamaindex, F.openllmetry, F.openlit]
-)
+@pytest.mark.parametrize("fixture", [F.openinference_langchain, F.openinference_llamaindex, F.openllmetry, F.openlit])
 def test_single_turn_peers_give_question_and_answer(fixture):
     # system prompts and LlamaIndex's "Context: ...\nQuery: ..." template are not conversation
     r = _record(fixture())
@@ -94,17 +92,20 @@ def test_no_prompt_messages_leaves_turns_empty():
 
 def test_conversation_rules():
     # roles are normalised; tool messages dropped; a template is kept when it is the only question
-    assert conversation([("Human", "hi"), ("tool", "{}"), ("AI", "hello"), ("user", STUFFED)], None, "ok",
-                        [F.DOCS[0][1]]) == [("user", "hi"), ("assistant", "hello"), ("user", STUFFED),
-                                            ("assistant", "ok")]
+    assert conversation(
+        [("Human", "hi"), ("tool", "{}"), ("AI", "hello"), ("user", STUFFED)], None, "ok", [F.DOCS[0][1]]
+    ) == [("user", "hi"), ("assistant", "hello"), ("user", STUFFED), ("assistant", "ok")]
     # the final template becomes the question, also when it carries only the contexts
     assert conversation([("user", STUFFED)], F.QUESTION, None, [F.DOCS[0][1]]) == [("user", F.QUESTION)]
-    assert conversation([("user", F.QUESTION), ("user", "Context:\n" + F.DOCS[0][1])], F.QUESTION, F.ANSWER,
-                        [F.DOCS[0][1]]) == [("user", F.QUESTION), ("assistant", F.ANSWER)]
+    assert conversation(
+        [("user", F.QUESTION), ("user", "Context:\n" + F.DOCS[0][1])], F.QUESTION, F.ANSWER, [F.DOCS[0][1]]
+    ) == [("user", F.QUESTION), ("assistant", F.ANSWER)]
     # a final message in the user's own words stays: the question may be a rewrite made for retrieval
-    assert conversation([("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?")],
-                        "Does the warranty cover accidental damage?", "No.") == [
-        ("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?"), ("assistant", "No.")]
+    assert conversation(
+        [("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?")],
+        "Does the warranty cover accidental damage?",
+        "No.",
+    ) == [("user", EARLIER_Q), ("assistant", EARLIER_A), ("user", "and accidents?"), ("assistant", "No.")]
     # a prompt that does not end with a user message gets the question appended
     assert conversation([("system", SYSTEM)], F.QUESTION, F.ANSWER) == [("user", F.QUESTION), ("assistant", F.ANSWER)]
     # short contexts do not make every message containing a common word look stuffed

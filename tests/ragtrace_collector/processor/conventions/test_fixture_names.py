@@ -43,8 +43,10 @@ def documented_traceloop(key: str) -> bool:
     if key.startswith(tl.SpanAttributes.TRACELOOP_ASSOCIATION_PROPERTIES + "."):
         return True
     parts = INDEX.split(key)  # "gen_ai.prompt.0.content"
-    return len(parts) == 2 and parts[0] in (tl.SpanAttributes.LLM_PROMPTS, tl.SpanAttributes.LLM_COMPLETIONS) and (
-        parts[1] in ("role", "content", "finish_reason")
+    return (
+        len(parts) == 2
+        and parts[0] in (tl.SpanAttributes.LLM_PROMPTS, tl.SpanAttributes.LLM_COMPLETIONS)
+        and (parts[1] in ("role", "content", "finish_reason"))
     )
 
 

@@ -16,7 +16,6 @@ from ragtrace_collector.scoring.embeddings import DIMENSION, EmbeddingModelError
 from tests.support.paths import REPO
 
 
-
 @pytest.fixture(scope="module")
 def embedder() -> LocalEmbedder:
     return LocalEmbedder.shared()
@@ -43,7 +42,9 @@ def test_loads_and_runs_with_the_network_unavailable(tmp_path: Path) -> None:
         """
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"shape": [1, DIMENSION], "verdict": "yes"}

@@ -111,9 +111,14 @@ async def test_unsupported_decisions_skip_their_metrics(judge: LocalJudge) -> No
 async def test_relevance_metrics_use_embeddings(judge: LocalJudge) -> None:
     contexts = CONTEXTS + ["Bananas are rich in potassium and grow in tropical climates."]
     rec = RagRecord(id="r", user_input=QUESTION, retrieved_contexts=contexts, response=SUPPORTED, reference=SUPPORTED)
-    results = {r.metric: r for r in await evaluate_record(
-        rec, ["answer_relevancy", "context_precision", "context_relevancy", "context_recall", "answer_similarity"], judge
-    )}
+    results = {
+        r.metric: r
+        for r in await evaluate_record(
+            rec,
+            ["answer_relevancy", "context_precision", "context_relevancy", "context_recall", "answer_similarity"],
+            judge,
+        )
+    }
     for name, result in results.items():
         assert result.status == "scored", (name, result.reason)
     assert results["answer_relevancy"].details["variant"] == "embedding"
@@ -178,10 +183,23 @@ def test_exported_trees_evaluate_like_their_definition() -> None:
     """A hand-built two-leaf tree: the numpy traversal follows the sklearn node layout."""
     from ragtrace_collector.scoring.judges.local.model import TreeEnsembleModel, model_from_json
 
-    tree = {"feature": [0, -2, -2], "threshold": [0.5, -2.0, -2.0], "left": [1, -1, -1], "right": [2, -1, -1],
-            "value": [0.0, -3.0, 4.0]}
-    model = model_from_json({"kind": "gradient_boosted_trees", "feature_names": ["coverage"], "init": 0.0,
-                             "rate": 0.5, "trees": [tree, tree], "threshold": 0.5})
+    tree = {
+        "feature": [0, -2, -2],
+        "threshold": [0.5, -2.0, -2.0],
+        "left": [1, -1, -1],
+        "right": [2, -1, -1],
+        "value": [0.0, -3.0, 4.0],
+    }
+    model = model_from_json(
+        {
+            "kind": "gradient_boosted_trees",
+            "feature_names": ["coverage"],
+            "init": 0.0,
+            "rate": 0.5,
+            "trees": [tree, tree],
+            "threshold": 0.5,
+        }
+    )
     assert isinstance(model, TreeEnsembleModel)
     import numpy as np
 
@@ -256,9 +274,11 @@ async def test_embedding_model_loads_off_the_event_loop(monkeypatch: pytest.Monk
 
 
 async def test_statements_about_the_passages_do_not_make_a_chunk_useful(judge: LocalJudge) -> None:
-    """"Based on the passages..." is backed by any chunk; only the factual claim picks its chunk."""
+    """ "Based on the passages..." is backed by any chunk; only the factual claim picks its chunk."""
     question = "How tall is the Eiffel Tower?"
-    target = "Based on the provided passages, here is what I found about the Eiffel Tower. The tower is 330 metres tall."
+    target = (
+        "Based on the provided passages, here is what I found about the Eiffel Tower. The tower is 330 metres tall."
+    )
     assert await judge.chunk_relevance(question, target, CONTEXTS) == [True, False]
     refusal = "I am unable to answer this question based on the given passages."
     assert await judge.chunk_relevance(question, refusal, CONTEXTS) == [False, False]

@@ -13,8 +13,19 @@ def test_evaluate_cli_scores_shared_rows_with_the_local_judge(shared_dir: Path, 
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "scores.jsonl"
-    code = main(["evaluate", str(data), "--metrics", "faithfulness,hallucination,safety", "--judge", "local",
-                 "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "evaluate",
+            str(data),
+            "--metrics",
+            "faithfulness,hallucination,safety",
+            "--judge",
+            "local",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["id"] for line in lines] == [r["id"] for r in rows]

@@ -147,7 +147,9 @@ class LocalJudge(Judge):
         return index
 
     # the claim-support model ------------------------------------------------------------------
-    def support(self, claims: Sequence[str], contexts: Sequence[str], question: str = "") -> list[tuple[float, ClaimSupport]]:
+    def support(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
+    ) -> list[tuple[float, ClaimSupport]]:
         """P(supported) and features of each claim against the contexts taken together (sync)."""
         if not claims:
             return []
@@ -207,8 +209,12 @@ class LocalJudge(Judge):
         question = question or ""
 
         def each() -> list[list[ClaimVerdict]]:
-            return [self._verdicts(list(claims), [ctx], question) if ctx.strip() and claims else
-                    [ClaimVerdict(c, "no", "empty context", None, 0.0) for c in claims] for ctx in contexts]
+            return [
+                self._verdicts(list(claims), [ctx], question)
+                if ctx.strip() and claims
+                else [ClaimVerdict(c, "no", "empty context", None, 0.0) for c in claims]
+                for ctx in contexts
+            ]
 
         return await self._run(each)
 
@@ -234,10 +240,12 @@ class LocalJudge(Judge):
                 # No question here: restating the question must not make an unrelated chunk useful.
                 # Statements about the passages themselves ("Based on the passages...", "Unable to
                 # answer from the given passages") are backed by any chunk, so they show no use.
-                out.append(any(
-                    p >= self.model.threshold and not row.features[_META_COLUMNS].any()
-                    for p, row in self.support(target_claims, [ctx], "")
-                ))
+                out.append(
+                    any(
+                        p >= self.model.threshold and not row.features[_META_COLUMNS].any()
+                        for p, row in self.support(target_claims, [ctx], "")
+                    )
+                )
             return out
 
         return await self._run(flags)
@@ -255,7 +263,9 @@ class LocalJudge(Judge):
             vectors = self.embedder.embed(sentences + [question])
             cos = vectors[:-1] @ vectors[-1]
             threshold = self.params.relevance_threshold
-            return ContextSentences(total=len(sentences), relevant=[s for s, c in zip(sentences, cos) if c >= threshold])
+            return ContextSentences(
+                total=len(sentences), relevant=[s for s, c in zip(sentences, cos) if c >= threshold]
+            )
 
         return await self._run(pick)
 
@@ -283,7 +293,8 @@ def _reason(claim: str, p: float, row: ClaimSupport, contexts: Sequence[str], su
     joined = "\n".join(contexts).lower()
     missing_numbers = sorted(n for n in T.numbers(claim) if n not in T.numbers(joined))
     missing_names = [
-        name for name in T.capitalised_spans(claim)
+        name
+        for name in T.capitalised_spans(claim)
         if not all(w in joined for w in T.words(name) if w not in T.STOPWORDS)
     ]
     ctx_tokens = set(T.content_words(joined))

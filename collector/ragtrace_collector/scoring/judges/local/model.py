@@ -112,7 +112,11 @@ class TreeEnsembleModel:
         for tree in self.trees:
             node = np.zeros(len(x), dtype=np.int64)
             feature, threshold, left, right, value = (
-                tree["feature"], tree["threshold"], tree["left"], tree["right"], tree["value"]
+                tree["feature"],
+                tree["threshold"],
+                tree["left"],
+                tree["right"],
+                tree["value"],
             )
             while True:
                 active = feature[node] >= 0

@@ -40,10 +40,28 @@ NEGATIONS = frozenset("not no never none nor neither cannot n't without".split()
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*")
 _NUMBER = re.compile(r"(?<![\w.])\$?\d+(?:,\d{3})*(?:\.\d+)?%?")
 _NUMBER_WORDS = {
-    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
-    "fifteen": "15", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "hundred": "100",
-    "thousand": "1000", "million": "1000000", "billion": "1000000000", "dozen": "12",
+    "zero": "0",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+    "eleven": "11",
+    "twelve": "12",
+    "fifteen": "15",
+    "twenty": "20",
+    "thirty": "30",
+    "forty": "40",
+    "fifty": "50",
+    "hundred": "100",
+    "thousand": "1000",
+    "million": "1000000",
+    "billion": "1000000000",
+    "dozen": "12",
 }
 _MONTH = re.compile(
     r"\b(Jan(?:uary)?|Feb(?:ruary)?|March|Mar\.|April|Apr\.|May|June|July|Aug(?:ust)?|Sept?(?:ember)?|"
@@ -56,7 +74,9 @@ _REFERENCE_NUMBERS = re.compile(
     re.I,
 )
 # "400°F (200°C)": a unit conversion the writer computed, not a fact to find in the contexts.
-_CONVERSION = re.compile(r"\(\s*(?:about\s+|approximately\s+|~)?\d+(?:\.\d+)?\s*(?:°\s*[CF]|degrees\s+\w+|[a-zA-Z]{1,3})\s*\)")
+_CONVERSION = re.compile(
+    r"\(\s*(?:about\s+|approximately\s+|~)?\d+(?:\.\d+)?\s*(?:°\s*[CF]|degrees\s+\w+|[a-zA-Z]{1,3})\s*\)"
+)
 _CAPITALISED = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+(?:of|the|de|and|&)?\s*[A-Z][a-zA-Z'\-]+)*")
 _LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
 _COMPOUND = re.compile(r";\s+|,\s+(?:and|but|while|whereas|although|though|so)\s+|\s+(?:but|whereas)\s+")
