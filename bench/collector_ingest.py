@@ -45,7 +45,20 @@ def template_request(traces: int = TRACES_PER_REQUEST):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     rng = random.Random(1)
-    words = "warranty covers defects parts labour returns within days purchase receipt store online".split()
+    words = [
+        "warranty",
+        "covers",
+        "defects",
+        "parts",
+        "labour",
+        "returns",
+        "within",
+        "days",
+        "purchase",
+        "receipt",
+        "store",
+        "online",
+    ]
 
     def text(n: int) -> str:
         out = []

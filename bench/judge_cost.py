@@ -162,8 +162,8 @@ async def run_ragtrace(
     rows: list[dict[str, Any]], base_url: str, concurrency: int, variant: str | None
 ) -> dict[str, Any]:
     from ragtrace_collector.model.record import RagRecord
-    from ragtrace_collector.scoring.engine import evaluate_record
     from ragtrace_collector.model.result import JudgeUsage
+    from ragtrace_collector.scoring.engine import evaluate_record
     from ragtrace_collector.scoring.judges.llm import LLMJudge
     from ragtrace_collector.scoring.options import ScoringOptions
 

@@ -38,8 +38,8 @@ import redis  # noqa: E402
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from ragtrace_collector.queue.redis import RedisStreamQueue  # noqa: E402
 from ragtrace_collector.model.record import RagRecord  # noqa: E402
+from ragtrace_collector.queue.redis import RedisStreamQueue  # noqa: E402
 from tests.support.net import free_port, wait_for_port  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 from tests.support.scripted_openai import faithfulness_reply  # noqa: E402

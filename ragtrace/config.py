@@ -12,8 +12,10 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Pattern, Sequence
+from re import Pattern
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -102,7 +104,7 @@ class Settings:
     tracer: Any = field(default=None)
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         s = cls()
         cc = _env_bool("RAGTRACE_CAPTURE_CONTENT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
         if cc is not None:
@@ -287,7 +289,7 @@ class TracingHandle:
 
 # Providers ragtrace created and a handle has shut down. The global one cannot be replaced, so a
 # later init() must not adopt it (its processors are dead: every span would be lost silently).
-_RETIRED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_RETIRED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _is_sdk_provider(provider: Any) -> bool:

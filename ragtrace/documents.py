@@ -10,7 +10,8 @@ recorded as its ``str()``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 
 class Doc(NamedTuple):

@@ -80,7 +80,7 @@ def _json_str(s: str) -> str:
 class AttrWriter:
     """Collects one span's attributes under the size and privacy rules."""
 
-    __slots__ = ("attrs", "left", "max_len", "redact", "truncated", "capture")
+    __slots__ = ("attrs", "capture", "left", "max_len", "redact", "truncated")
 
     def __init__(self, settings: Any, capture: bool, attrs: dict) -> None:
         self.attrs = attrs

@@ -244,7 +244,7 @@ def train_model(
     hall = np.array([it["hallucinated"] for it in items])
     model.threshold, ba = best_threshold(min_p, hall)
     stats = {
-        "claims": int(len(y)),
+        "claims": len(y),
         "unsupported_claims": int((y == 0).sum()),
         "claim_auroc_train": round(claim_auroc, 4),
         "responses": len(items),
@@ -280,7 +280,7 @@ def calibrate_relevance(items: list[dict]) -> dict:
         "threshold": round(best_t, 4),
         "balanced_accuracy_train_proxy": round(best_ba, 4),
         "auroc_train_proxy": round(auroc(labels_arr, scores_arr), 4),
-        "sentences": int(len(labels_arr)),
+        "sentences": len(labels_arr),
         "label": "proxy: sentence best supports a covered claim (coverage >= 0.7) of a faithful training response",
     }
 

@@ -512,7 +512,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(loaded, dict):
-        raise ValueError(f"{path}: the top level of a collector config must be a mapping")  # noqa: TRY004
+        raise ValueError(f"{path}: the top level of a collector config must be a mapping")
     return loaded
 
 

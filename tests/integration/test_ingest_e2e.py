@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import ragtrace
-from ragtrace_collector.service.app import CollectorApp
 from ragtrace_collector.config import load_config
 from ragtrace_collector.queue import open_queue
+from ragtrace_collector.service.app import CollectorApp
 from tests.support import span_fixtures as F
 from tests.support.net import free_port, wait_for_port
 
@@ -77,12 +77,12 @@ def queued(app):
 
 
 async def scrape(app) -> str:
-    async with aiohttp.ClientSession() as s:
-        async with s.get(
-            f"http://127.0.0.1:{app.metrics_port}/metrics", headers={"Accept": "application/openmetrics-text"}
-        ) as r:
-            assert r.status == 200
-            return await r.text()
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"http://127.0.0.1:{app.metrics_port}/metrics", headers={"Accept": "application/openmetrics-text"}) as r,
+    ):
+        assert r.status == 200
+        return await r.text()
 
 
 def run_decorated_pipeline(endpoint: str, protocol: str) -> str:

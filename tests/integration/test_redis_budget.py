@@ -9,10 +9,10 @@ import uuid
 import pytest
 import redis
 
-from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
 from ragtrace_collector.config import BudgetConfig, SamplingConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.processor.sampling.budget import BUDGET_RECORDS, BUDGET_TOKENS
+from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from tests.support.redis_server import RedisServer
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from ragtrace_collector.cli import serve
-from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
 from ragtrace_collector.config import load_config
+from ragtrace_collector.processor.sampling.redis_budget import RedisBudget
 from ragtrace_collector.processor.sampling.sampler import budget_from_config
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "docker-compose.scale-out.yml"

@@ -9,9 +9,9 @@ import uuid
 import pytest
 import redis
 
+from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue import open_queue
 from ragtrace_collector.queue.redis import RedisStreamQueue, ScoredMarks
-from ragtrace_collector.model.record import RagRecord
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -81,7 +81,7 @@ class Proc:
         self.log = tmp / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Proc":
+    def start(self) -> Proc:
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)}
         env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
         with open(self.log, "ab") as log:

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.model.spans import DecodedRequest, SpanData
+from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
 from tests.support.redis_server import RedisServer
 

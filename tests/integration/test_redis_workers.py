@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.config import load_config
-from ragtrace_collector.queue.redis import RedisStreamQueue
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.queue.redis import RedisStreamQueue
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.service.scoring import build_worker
 
@@ -84,8 +84,8 @@ async def test_restarted_worker_counts_results_it_stored_but_never_marked(redis_
     """A worker killed between storing results locally and setting their cluster-wide marks: when the
     record comes back to it (restarted, same data directory) the stored results are marked and
     counted once, not skipped as "already scored" and lost to the metrics."""
-    from ragtrace_collector.scoring.results_store import ResultsStore
     from ragtrace_collector.scoring.engine import evaluate_record
+    from ragtrace_collector.scoring.results_store import ResultsStore
 
     url = f"{redis_server.url}?prefix={uuid.uuid4().hex[:8]}"
     producer = RedisStreamQueue(url)

@@ -113,7 +113,7 @@ class OtlpSink:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 enc = (self.headers.get("Content-Encoding") or "").lower()
                 try:
@@ -160,7 +160,7 @@ class OtlpSink:
         sink = self
 
         class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def Export(self, request: Any, context: Any) -> Any:
                 if sink.delay:
                     time.sleep(sink.delay)
                 sink._add(request)

@@ -33,7 +33,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         if not os.path.exists(REDIS_SERVER):
             raise FileNotFoundError(f"redis-server not found at {REDIS_SERVER}")
         self.proc = subprocess.Popen(
@@ -103,7 +103,7 @@ class RedisServer:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -29,11 +29,12 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from importlib import resources
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # The shipped alert rules (grafana/prometheus/rules in the repository), as package data.
 RULES_PACKAGE = "ragtrace_collector.examples.prometheus"
@@ -109,7 +110,7 @@ def pick_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
 
 
 def http_get(url: str, timeout: float = 3.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URLs we built
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read()
 
 
@@ -570,7 +571,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signals = {}
 
-    def on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    def on_signal(signum, frame):
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
+from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
 
 MAX_TEXT = 160
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -29,9 +30,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from ragtrace import attributes as A
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult, unsupported_claims
-from ragtrace import attributes as A
 
 log = logging.getLogger(__name__)
 

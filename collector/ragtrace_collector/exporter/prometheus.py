@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ragtrace_collector.telemetry.ingest import UNKNOWN, BoundedLabel  # noqa: F401 (UNKNOWN re-exported)
-from ragtrace_collector.queue.base import RecordQueue
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.queue.base import RecordQueue
+from ragtrace_collector.telemetry.ingest import UNKNOWN, BoundedLabel  # noqa: F401 (UNKNOWN re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _is_quality_score(metric: str) -> bool:
     return m is None or tuple(m.score_range) == (0.0, 1.0)
 
 
-_by_registry: "weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics]" = weakref.WeakKeyDictionary()
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics] = weakref.WeakKeyDictionary()
 
 
 class EvalMetrics:
@@ -289,7 +289,7 @@ class QueueCollector(Collector):
         )
 
 
-_watched: "weakref.WeakKeyDictionary[CollectorRegistry, QueueCollector]" = weakref.WeakKeyDictionary()
+_watched: weakref.WeakKeyDictionary[CollectorRegistry, QueueCollector] = weakref.WeakKeyDictionary()
 
 
 def watch_queue(registry: CollectorRegistry, queue: RecordQueue) -> QueueCollector:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
@@ -45,7 +46,7 @@ def key_prefix(url: str, default: str = "ragtrace") -> str:
     return split_url(url)[1].get("prefix", default)
 
 
-def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> "redis.Redis":
+def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> redis.Redis:
     """A thread-safe client with short timeouts: callers degrade rather than hang on a dead Redis."""
     base, _ = split_url(url)
     return redis.Redis.from_url(

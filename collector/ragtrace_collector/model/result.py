@@ -20,7 +20,7 @@ class JudgeUsage:
     cache_hits: int = 0
     errors: int = 0
 
-    def add(self, other: "JudgeUsage") -> None:
+    def add(self, other: JudgeUsage) -> None:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens

@@ -15,18 +15,18 @@ class SpanData:
     """What the collector keeps of one span. Plain fields so it serialises to JSON for shared state."""
 
     __slots__ = (
-        "trace_id",
-        "span_id",
-        "parent_id",
-        "name",
-        "start",
+        "attrs",
         "end",
+        "events",
+        "name",
+        "nbytes",
+        "parent_id",
+        "service",
+        "span_id",
+        "start",
         "status_code",
         "status_message",
-        "attrs",
-        "events",
-        "service",
-        "nbytes",
+        "trace_id",
     )
 
     def __init__(
@@ -71,7 +71,7 @@ class SpanData:
         return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SpanData":
+    def from_dict(cls, data: dict[str, Any]) -> SpanData:
         data = dict(data)
         data["events"] = [(n, a) for n, a in data.get("events") or []]
         return cls(**data)
@@ -83,7 +83,7 @@ class SpanData:
 class DecodedRequest:
     """Spans grouped by trace id, plus what was refused and why."""
 
-    __slots__ = ("traces", "accepted", "rejected", "errors")
+    __slots__ = ("accepted", "errors", "rejected", "traces")
 
     def __init__(self) -> None:
         self.traces: dict[str, list[SpanData]] = {}

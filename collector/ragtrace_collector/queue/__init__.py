@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ragtrace_collector.queue.base import Leased, RecordQueue
 
-__all__ = ["Leased", "RecordQueue", "open_queue", "default_queue_url"]
+__all__ = ["Leased", "RecordQueue", "default_queue_url", "open_queue"]
 
 
 def default_queue_url(data_dir: str | Path) -> str:

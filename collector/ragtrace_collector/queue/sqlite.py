@@ -33,8 +33,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ragtrace_collector.queue.base import Leased, RecordQueue
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.queue.base import Leased, RecordQueue
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ragtrace_collector.model.spans import STATUS_ERROR, DecodedRequest, SpanData
+from ragtrace_collector.model.spans import DecodedRequest, SpanData
 
 # Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
 KEPT_PREFIXES: tuple[str, ...] = (

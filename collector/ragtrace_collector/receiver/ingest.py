@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.spans import DecodedRequest

@@ -20,8 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ragtrace_collector.receiver import ingest as outcomes
-from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.decode import MalformedRequest, parse_protobuf
+from ragtrace_collector.receiver.ingest import Ingestor
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,14 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             response.partial_success.error_message = decoded.error_message
         return response
 
-    async def Export(self, request: ExportTraceServiceRequest, context) -> ExportTraceServiceResponse:  # noqa: N802
+    async def Export(self, request: ExportTraceServiceRequest, context) -> ExportTraceServiceResponse:
         await self._gate(context)
         try:
             return self._respond(request)
         finally:
             self.ingestor.done()
 
-    async def ExportBytes(self, body: bytes, context) -> bytes:  # noqa: N802
+    async def ExportBytes(self, body: bytes, context) -> bytes:
         ing = self.ingestor
         await self._gate(context)
         try:

@@ -12,17 +12,17 @@ import asyncio
 import json
 import logging
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from ragtrace_collector.receiver import ingest as outcomes
-from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.model.spans import DecodedRequest
+from ragtrace_collector.receiver import ingest as outcomes
 from ragtrace_collector.receiver.decode import MalformedRequest, parse_json, parse_protobuf
+from ragtrace_collector.receiver.ingest import Ingestor
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class LocalEmbedder:
     Use :meth:`shared` to get the one instance per process (the model loads once).
     """
 
-    _shared: "LocalEmbedder | None" = None
+    _shared: LocalEmbedder | None = None
     _shared_lock = threading.Lock()
 
     def __init__(
@@ -130,7 +130,7 @@ class LocalEmbedder:
         self.cache_misses = 0
 
     @classmethod
-    def shared(cls) -> "LocalEmbedder":
+    def shared(cls) -> LocalEmbedder:
         """The process-wide embedder (created on first use with the configured defaults)."""
         with cls._shared_lock:
             if cls._shared is None:

@@ -10,15 +10,15 @@ is counted once, on the metric that asked first). The LLM judge adds an identica
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from collections.abc import Sequence
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.scoring.metrics import METRICS, ScoringContext
 from ragtrace_collector.scoring.options import ScoringOptions
-from ragtrace_collector.model.result import MetricResult
 
-__all__ = ["evaluate_record", "ScoringOptions", "unknown_metrics"]
+__all__ = ["ScoringOptions", "evaluate_record", "unknown_metrics"]
 
 
 def unknown_metrics(names: Sequence[str]) -> list[str]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 from ragtrace_collector.model.result import JudgeUsage
 

@@ -18,12 +18,13 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import MetricResult, unsupported_claims
+from ragtrace_collector.model.result import MetricResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (

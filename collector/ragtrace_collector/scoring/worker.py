@@ -30,16 +30,15 @@ import inspect
 import logging
 import random
 import time
-from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
-from ragtrace_collector.scoring.results_store import ResultsStore
-from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import JudgeUsage
+from ragtrace_collector.model.result import JudgeUsage, MetricResult
+from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
 from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeUnsupported
 from ragtrace_collector.scoring.options import ScoringOptions
-from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.results_store import ResultsStore
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,16 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
 from ragtrace_collector.config import CollectorConfig
-from ragtrace_collector.telemetry.ingest import IngestMetrics
+from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
+from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
+from ragtrace_collector.processor.sweep import Sweeper
+from ragtrace_collector.queue.base import ReportsMetrics
 from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
-from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.queue.base import RecordQueue, ReportsMetrics
 from ragtrace_collector.service.scoring import build_worker
-from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
-from ragtrace_collector.processor.sweep import Sweeper
+from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 log = logging.getLogger(__name__)
 

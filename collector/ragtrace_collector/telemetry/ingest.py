@@ -9,7 +9,7 @@ each label keeps at most a fixed number of distinct values; later ones are repor
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 

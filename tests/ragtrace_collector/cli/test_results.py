@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from ragtrace_collector.cli import results as results_cmd
-from ragtrace_collector.scoring.results_store import ResultsStore
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.results_store import ResultsStore
 from tests.support.paths import REPO
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -15,10 +14,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import ragtrace
-from ragtrace_collector.examples.rag_app import PIPELINE_NAME, QUESTIONS, RagApp
-from ragtrace_collector.examples.rag_app.app import load_corpus
 from ragtrace import attributes as A
 from ragtrace import config
+from ragtrace_collector.examples.rag_app import PIPELINE_NAME, QUESTIONS, RagApp
+from ragtrace_collector.examples.rag_app.app import load_corpus
 from tests.support.otlp_sink import OtlpSink
 from tests.support.paths import REPO
 

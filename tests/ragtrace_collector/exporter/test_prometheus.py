@@ -7,10 +7,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from ragtrace_collector.exporter.prometheus import SCORE_BUCKETS, EvalMetrics, eval_metrics_for, watch_queue
-from ragtrace_collector.queue.sqlite import SQLiteQueue
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import JudgeUsage
-from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.model.result import JudgeUsage, MetricResult
+from ragtrace_collector.queue.sqlite import SQLiteQueue
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.model.spans import DecodedRequest, SpanData
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_EVICTED, REASON_MAX_WAIT, REASON_ROOT, REASON_SHUTDOWN
-from ragtrace_collector.model.spans import DecodedRequest, SpanData
 from ragtrace_collector.receiver.decode import extract_spans
 from tests.support import span_fixtures as F
 

@@ -8,10 +8,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.config import SamplingConfig
-from ragtrace_collector.telemetry.ingest import IngestMetrics
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.processor.sampling.budget import LocalBudget
 from ragtrace_collector.processor.sampling.sampler import Sampler, in_rate_sample
+from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 
 def tid(rng: random.Random) -> str:

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue import default_queue_url, open_queue
 from ragtrace_collector.queue.sqlite import SQLiteQueue
-from ragtrace_collector.model.record import RagRecord
 
 
 def rec(i: int) -> RagRecord:

@@ -7,8 +7,8 @@ from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
-from ragtrace_collector.telemetry.ingest import IngestMetrics
 from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 
 class Stack:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import socket
 
 import aiohttp
@@ -90,10 +89,9 @@ async def test_json_with_hex_ids_and_partial_success(served):
             }
         ]
     }
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/traces", json=body) as r:
-            assert r.status == 200 and r.content_type == "application/json"
-            reply = await r.json()
+    async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/traces", json=body) as r:
+        assert r.status == 200 and r.content_type == "application/json"
+        reply = await r.json()
     assert reply["partialSuccess"]["rejectedSpans"] == "2"
     assert "invalid trace id" in reply["partialSuccess"]["errorMessage"]
     assert stack.requests("http", "partial") == 1 and stack.spans("http") == 1
@@ -205,9 +203,8 @@ async def test_bearer_token(served):
         SpanExportResult.SUCCESS
     )
     assert stack.requests("http", "unauthenticated") == 2 and stack.spans("http") == 3
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/traces", data=b"", headers=PB) as r:
-            assert r.status == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+    async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/traces", data=b"", headers=PB) as r:
+        assert r.status == 401 and r.headers["WWW-Authenticate"] == "Bearer"
 
 
 async def test_saturated_receiver_sheds_with_retry_after(served):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +19,6 @@ from ragtrace_collector.scoring.judge import (
     StatementClassification,
 )
 from ragtrace_collector.scoring.options import ScoringOptions
-
 from tests.conftest import SHARED
 
 SEED = SHARED / "conformance" / "seed-examples.jsonl"

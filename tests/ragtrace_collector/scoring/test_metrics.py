@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -11,8 +11,8 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.scoring.engine import evaluate_record, unknown_metrics
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
-    GEvalScore,
     GeneratedQuestion,
+    GEvalScore,
     Judge,
     JudgeError,
     SafetyVerdict,

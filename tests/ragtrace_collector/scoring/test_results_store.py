@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ragtrace_collector.scoring.results_store import ResultsStore
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.results_store import ResultsStore
 
 
 def rec(i: int, pipeline: str = "qa") -> RagRecord:

@@ -8,11 +8,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.config import load_config
-from ragtrace_collector.scoring.results_store import ResultsStore
-from ragtrace_collector.queue.sqlite import SQLiteQueue
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.queue.sqlite import SQLiteQueue
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import Judge
+from ragtrace_collector.scoring.results_store import ResultsStore
 from ragtrace_collector.service.scoring import build_worker
 
 LEXICAL = ["bleu", "rouge", "levenshtein"]

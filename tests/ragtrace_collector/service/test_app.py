@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
-from ragtrace_collector.service.app import CollectorApp
 from ragtrace_collector.config import load_config
 from ragtrace_collector.queue import open_queue
+from ragtrace_collector.service.app import CollectorApp
 from tests.support import span_fixtures as F
 
 PB = {"Content-Type": "application/x-protobuf"}

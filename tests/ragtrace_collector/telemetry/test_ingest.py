@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.service.app import metrics_response
 from ragtrace_collector.telemetry.ingest import DURATION_BUCKETS, TOKEN_BUCKETS, TPOT_BUCKETS, IngestMetrics
-from ragtrace_collector.model.record import RagRecord
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 

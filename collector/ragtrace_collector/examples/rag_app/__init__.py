@@ -32,4 +32,4 @@ from __future__ import annotations
 from .app import PIPELINE_NAME, Answer, RagApp
 from .questions import QUESTIONS
 
-__all__ = ["Answer", "PIPELINE_NAME", "QUESTIONS", "RagApp"]
+__all__ = ["PIPELINE_NAME", "QUESTIONS", "Answer", "RagApp"]

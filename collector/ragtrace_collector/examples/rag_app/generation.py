@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .bm25 import tokenize
 

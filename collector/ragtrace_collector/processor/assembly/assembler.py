@@ -14,10 +14,10 @@ Redis (spans of one trace reaching different receivers) while this module keeps 
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ragtrace.attributes import RAGTRACE_SPAN_ROLE, ROLE_PIPELINE
-
 from ragtrace_collector.config import AssemblyConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import DecodedRequest

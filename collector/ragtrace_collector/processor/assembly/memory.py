@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 
+from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.state import (
     REASON_EVICTED,
     REASON_MAX_WAIT,
@@ -14,11 +15,10 @@ from ragtrace_collector.processor.assembly.state import (
     AssemblyState,
     CompletedTrace,
 )
-from ragtrace_collector.model.spans import SpanData
 
 
 class _Pending:
-    __slots__ = ("spans", "nbytes", "deadline", "root_seen")
+    __slots__ = ("deadline", "nbytes", "root_seen", "spans")
 
     def __init__(self, deadline: float) -> None:
         self.spans: list[SpanData] = []

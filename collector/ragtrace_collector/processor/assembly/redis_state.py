@@ -31,7 +31,6 @@ import json
 import logging
 import threading
 
-
 from ragtrace_collector.config import AssemblyConfig
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, key_prefix
 from ragtrace_collector.model.spans import SpanData
@@ -233,7 +232,7 @@ class RedisAssemblyState(AssemblyState):
         self._r.close()
 
     @classmethod
-    def from_config(cls, url: str, config: AssemblyConfig) -> "RedisAssemblyState":
+    def from_config(cls, url: str, config: AssemblyConfig) -> RedisAssemblyState:
         """The state for ``assembly.shared_state: <url>`` with the section's bounds."""
         return cls(
             url,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ragtrace import attributes as A
-
 from ragtrace_collector.processor.conventions.values import as_float, indexed, json_dict, maybe_json
 
 _CONTENT_KEYS = ("content", "page_content", "text", "document", "chunk", "body")

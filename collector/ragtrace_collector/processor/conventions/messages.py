@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ragtrace import attributes as A
-
 from ragtrace_collector.processor.conventions.values import indexed, maybe_json
 
 Message = tuple[str, str]  # (role, content)

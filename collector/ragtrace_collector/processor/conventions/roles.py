@@ -7,7 +7,8 @@ GenAI ``gen_ai.operation.name``; OpenLIT's vector-database spans (``db.system`` 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ragtrace import attributes as A
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 QUERY_KEYS = ("query", "question", "user_input", "input", "query_str", "q", "prompt", "message", "text")
 ANSWER_KEYS = ("answer", "response", "output", "result", "text", "content", "output_text", "generation")

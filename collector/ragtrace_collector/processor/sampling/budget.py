@@ -9,7 +9,7 @@ import abc
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from ragtrace_collector.config import BudgetConfig
 
@@ -59,7 +59,7 @@ class LocalBudget(Budget):
         self._token_sum = 0
 
     @classmethod
-    def from_config(cls, config: BudgetConfig) -> "LocalBudget":
+    def from_config(cls, config: BudgetConfig) -> LocalBudget:
         return cls(config.records_per_minute, config.judge_tokens_per_hour)
 
     def _tokens_in_window(self, now: float) -> int:

@@ -189,7 +189,7 @@ class RedisBudget(Budget):
         self._r.close()
 
     @classmethod
-    def from_config(cls, url: str, config: BudgetConfig, *, expected_processes: int | None = None) -> "RedisBudget":
+    def from_config(cls, url: str, config: BudgetConfig, *, expected_processes: int | None = None) -> RedisBudget:
         """The budget of the ``sampling.budget`` section, kept in the Redis at ``url``.
 
         ``?receivers=N`` in the URL says how many receivers share the budget, so that while Redis is

@@ -28,7 +28,8 @@ import os
 import random
 import re
 from collections import OrderedDict
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,8 +37,8 @@ from ragtrace_collector.scoring import prompts as P
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
     ContextSentences,
-    GEvalScore,
     GeneratedQuestion,
+    GEvalScore,
     Judge,
     JudgeError,
     JudgeUnsupported,
@@ -48,7 +49,7 @@ from ragtrace_collector.scoring.judge import (
 from ragtrace_collector.scoring.text import split_sentences
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-import litellm  # noqa: E402  (after the env var: keeps the import offline)
+import litellm
 
 litellm.suppress_debug_info = True
 

@@ -59,4 +59,4 @@ def get_metric(name: str) -> Metric:
         raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRICS)}") from None
 
 
-__all__ = ["METRICS", "DEFAULT_METRICS", "Metric", "MetricSkipped", "Outcome", "ScoringContext", "get_metric"]
+__all__ = ["DEFAULT_METRICS", "METRICS", "Metric", "MetricSkipped", "Outcome", "ScoringContext", "get_metric"]

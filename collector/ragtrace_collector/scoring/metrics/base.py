@@ -17,15 +17,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.judge import ClaimVerdict, Judge, JudgeError, JudgeUnsupported, usage_scope
 from ragtrace_collector.scoring.options import ScoringOptions
-from ragtrace_collector.model.result import MetricResult
 
 
 class MetricSkipped(Exception):

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import numpy as np
+
 from ragtrace_collector.scoring.judge import JudgeUnsupported
 from ragtrace_collector.scoring.metrics.base import (
     Metric,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from ragtrace_collector.processor.conventions import build_record, documents, messages
 from ragtrace_collector.processor.conventions.extractors import (
     extract_context_scores,
@@ -19,7 +20,6 @@ from ragtrace_collector.processor.conventions.extractors import (
 )
 from ragtrace_collector.processor.conventions.trace_spans import TraceSpans, classify_spans
 from ragtrace_collector.receiver.decode import extract_spans
-
 from tests.support import span_fixtures as F
 from tests.support.span_fixtures import Spec
 

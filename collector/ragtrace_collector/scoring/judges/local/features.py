@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -76,7 +76,7 @@ class ContextIndex:
     embeddings: np.ndarray | None = None  # (len(sentences), dim) when an embedder is in use
 
     @classmethod
-    def build(cls, contexts: Sequence[str]) -> "ContextIndex":
+    def build(cls, contexts: Sequence[str]) -> ContextIndex:
         sents: list[str] = []
         for ctx in contexts:
             sents.extend(s.text for s in T.sentences(ctx))

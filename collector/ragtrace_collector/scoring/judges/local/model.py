@@ -56,7 +56,7 @@ class LogisticModel:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "LogisticModel":
+    def from_json(cls, data: dict[str, Any]) -> LogisticModel:
         names = tuple(data["feature_names"])
         arrays = [np.asarray(data[key], dtype=np.float64) for key in ("mean", "std", "weights")]
         if any(a.shape != (len(names),) for a in arrays):
@@ -154,7 +154,7 @@ class TreeEnsembleModel:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TreeEnsembleModel":
+    def from_json(cls, data: dict[str, Any]) -> TreeEnsembleModel:
         names = tuple(data["feature_names"])
         trees = []
         for t in data["trees"]:
@@ -171,7 +171,7 @@ class TreeEnsembleModel:
         return cls(names, float(data["init"]), float(data["rate"]), trees, float(data["threshold"]))
 
 
-def model_from_json(data: dict[str, Any]) -> "LogisticModel | TreeEnsembleModel":
+def model_from_json(data: dict[str, Any]) -> LogisticModel | TreeEnsembleModel:
     if data.get("kind") == "gradient_boosted_trees":
         return TreeEnsembleModel.from_json(data)
     return LogisticModel.from_json(data)
@@ -181,13 +181,13 @@ def model_from_json(data: dict[str, Any]) -> "LogisticModel | TreeEnsembleModel"
 class LocalJudgeParams:
     """Everything the judge loads: the claim-support models and the relevance thresholds."""
 
-    models: dict[str, "LogisticModel | TreeEnsembleModel"]
+    models: dict[str, LogisticModel | TreeEnsembleModel]
     relevance_threshold: float
     common_words: frozenset[str]
     raw: dict[str, Any]
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "LocalJudgeParams":
+    def load(cls, path: str | Path | None = None) -> LocalJudgeParams:
         data = json.loads(Path(path or PARAMS_PATH).read_text())
         models = {name: model_from_json(m) for name, m in data["models"].items()}
         return cls(
