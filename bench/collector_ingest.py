@@ -400,11 +400,11 @@ def main() -> int:
             samples: list[float] = []
             stop = threading.Event()
 
-            def sample_rss() -> None:
+            def sample_rss(stop: threading.Event, samples: list[float]) -> None:
                 while not stop.wait(0.5):
                     samples.append(proc_rss_mb(proc.pid))
 
-            sampler = threading.Thread(target=sample_rss, daemon=True)
+            sampler = threading.Thread(target=sample_rss, args=(stop, samples), daemon=True)
             sampler.start()
             res = drive(url, "open", args.seconds, concurrency=256, rate=rps)
             stop.set()
@@ -438,9 +438,9 @@ def main() -> int:
             print(f"  during {mult}x: max RSS first half {first:.0f} MB, second half {second:.0f} MB")
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
             lines = [
-                l
-                for l in r.read().decode().splitlines()
-                if l.startswith(
+                line
+                for line in r.read().decode().splitlines()
+                if line.startswith(
                     (
                         "ragtrace_otlp_requests_total",
                         "ragtrace_assembly_completed_total",

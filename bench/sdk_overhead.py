@@ -245,7 +245,6 @@ def make_app():
         return "".join(generate(question, [d["content"] for d in docs]))
 
     def bare_rag(question):
-        docs = DOCS
         return "".join(w + " " for w in ("The answer is in the second passage of the knowledge base " * 2).split())
 
     return rag, retrieve, bare_rag
@@ -275,7 +274,7 @@ def bench_export_cpu(n: int) -> dict[str, float]:
         ):
             handle.force_flush(30)
             c0 = time.process_time()
-            for i in range(n):
+            for _i in range(n):
                 fn("what is x?")
             handle.force_flush(60)
             res[name] = (time.process_time() - c0) / n * 1e6

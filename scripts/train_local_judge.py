@@ -126,7 +126,7 @@ def extract(rows: list[dict], table: EmbeddingTable | None, common: frozenset[st
         prepared.append((row, indexes[key], claims))
     if table is not None:
         needed = [row["user_input"] for row, _, _ in prepared]
-        for row, index, claims in prepared:
+        for _row, _index, claims in prepared:
             needed.extend(c.text for c in claims)
         for index in indexes.values():
             needed.extend(index.sentences)

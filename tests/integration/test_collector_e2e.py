@@ -147,9 +147,9 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 def exemplar_lines(text: str, trace_id: str) -> list[str]:
     return [
-        l
-        for l in text.splitlines()
-        if l.startswith("ragtrace_eval_score_bucket{") and f'# {{trace_id="{trace_id}"}}' in l
+        line
+        for line in text.splitlines()
+        if line.startswith("ragtrace_eval_score_bucket{") and f'# {{trace_id="{trace_id}"}}' in line
     ]
 
 
@@ -198,7 +198,7 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
         ):
             (tid,) = await asyncio.to_thread(send_traces, endpoint, protocol, ["What is the capital of France?"], split)
             roots[tid] = _root_span_ids[0]
-            await wait_until(lambda: stored_keys(results).get(tid) == 2, 60, f"trace {tid} scored ({protocol})")
+            await wait_until(lambda tid=tid: stored_keys(results).get(tid) == 2, 60, f"trace {tid} scored ({protocol})")
             text = await asyncio.to_thread(scrape, app.metrics_port)
             assert exemplar_lines(text, tid), f"no trace_id exemplar for {tid} ({protocol})"
             store = ResultsStore(results)
@@ -235,14 +235,14 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
 def _serve(config_path: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if not k.startswith("RAGTRACE_")}
-    log = open(log_path, "ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(config_path)],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(log_path, "ab") as log:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(config_path)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _queued_keys(path: Path) -> set[str]:

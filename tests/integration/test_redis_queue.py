@@ -220,7 +220,7 @@ def test_idle_consumers_without_pending_entries_are_forgotten(redis_server, pref
     gone = make(redis_server, prefix, consumer="old-process")
     gone.put(rec(1))
     holding = make(redis_server, prefix, consumer="holding-process")
-    (leased,) = holding.lease(1, 30)
+    (_leased,) = holding.lease(1, 30)
     gone.lease(1, 30)  # registers the consumer, gets nothing
     q = make(redis_server, prefix, consumer="new-process")
     q.reap_idle_ms = 0

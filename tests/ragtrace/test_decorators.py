@@ -28,8 +28,7 @@ async def asearch(query: str) -> list[str]:
 
 @ragtrace.generator(model="openai/gpt-4o-mini")
 def gen_tokens(question: str, contexts: list[str]):
-    for t in ("Paris ", "is ", "the ", "capital."):
-        yield t
+    yield from ("Paris ", "is ", "the ", "capital.")
 
 
 @ragtrace.generator(name="agen", model="m1", provider="acme")

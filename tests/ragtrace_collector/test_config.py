@@ -61,7 +61,7 @@ def test_bad_values_name_the_key(tmp_path):
         load_config(str(tmp_path / "missing.yaml"), environ={})
     broken = tmp_path / "broken.yaml"
     broken.write_text("sampling: {rate: 0.5\n")
-    with pytest.raises(ValueError, match="broken.yaml: not valid YAML"):
+    with pytest.raises(ValueError, match=r"broken\.yaml: not valid YAML"):
         load_config(str(broken), environ={})
 
 
@@ -76,7 +76,7 @@ def test_example_file_is_complete_and_valid():
 
     def keys(model, prefix=""):
         out = set()
-        for name, f in type(model).model_fields.items():
+        for name, _f in type(model).model_fields.items():
             value = getattr(model, name)
             out.add(prefix + name)
             if isinstance(value, pydantic.BaseModel):
@@ -233,9 +233,9 @@ def test_bad_options_are_one_line_errors_naming_the_key(tmp_path):
 
 def test_a_metric_listed_without_its_options_fails_at_load():
     """geval/dag in scoring.metrics with nothing to score against: an error now, not every record skipped later."""
-    with pytest.raises(pydantic.ValidationError, match="scoring.options.geval"):
+    with pytest.raises(pydantic.ValidationError, match=r"scoring\.options\.geval"):
         load_config(overrides={"scoring": {"metrics": ["faithfulness", "geval"]}}, environ={})
-    with pytest.raises(pydantic.ValidationError, match="scoring.options.dag"):
+    with pytest.raises(pydantic.ValidationError, match=r"scoring\.options\.dag"):
         load_config(overrides={"scoring": {"pipelines": {"support": ["dag"]}}}, environ={})
     with pytest.raises(pydantic.ValidationError, match="criteria"):
         load_config(overrides={"scoring": {"metrics": ["geval"], "options": {"geval": {"name": "x"}}}}, environ={})

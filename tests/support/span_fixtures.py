@@ -105,10 +105,10 @@ def openinference_llamaindex() -> list[Spec]:
         "reranker.model_name": "cross-encoder/ms-marco-MiniLM-L-6-v2",
         "reranker.top_k": 2,
     }
-    for i, (doc_id, text, score) in enumerate(DOCS):
+    for i, (doc_id, text, _score) in enumerate(DOCS):
         reranker[f"reranker.input_documents.{i}.document.id"] = doc_id
         reranker[f"reranker.input_documents.{i}.document.content"] = text
-    for i, (doc_id, text, score) in enumerate([DOCS[1], DOCS[0]]):
+    for i, (doc_id, text, _score) in enumerate([DOCS[1], DOCS[0]]):
         reranker[f"reranker.output_documents.{i}.document.id"] = doc_id
         reranker[f"reranker.output_documents.{i}.document.content"] = text
         reranker[f"reranker.output_documents.{i}.document.score"] = 5.0 - i

@@ -149,10 +149,10 @@ class ChildProcess:
         self.name = name
         self.argv = argv
         self.log_path = log_path
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
+        with open(log_path, "ab") as log:  # the child holds its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
 
     @property
     def pid(self) -> int:
@@ -169,7 +169,6 @@ class ChildProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        self._log.close()
         return self.proc.returncode
 
 

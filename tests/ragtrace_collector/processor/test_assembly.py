@@ -88,7 +88,7 @@ def test_straggler_within_grace_is_included_and_late_span_counted():
 
 
 def test_trace_without_root_completes_at_max_wait():
-    asm, clock, obs = make(max_wait_seconds=10)
+    asm, clock, _obs = make(max_wait_seconds=10)
     asm.add(batch(span("b" * 32, "2", parent="1")))
     clock.t += 9.9
     assert asm.completed() == []
@@ -110,7 +110,7 @@ def test_bounds_evict_oldest_first_by_count_and_bytes():
     assert [(c.trace_id, c.reason) for c in done] == [(f"{0:032x}", REASON_EVICTED)]
     assert asm.state.inflight() == (2, 200)
 
-    asm2, clock2, _ = make(max_traces=100, max_bytes=250)
+    asm2, _clock2, _ = make(max_traces=100, max_bytes=250)
     for i in range(3):
         asm2.add(batch(span(f"{i:032x}", "2", parent="1", nbytes=100)))
     assert [c.trace_id for c in asm2.completed()] == [f"{0:032x}"]
@@ -121,7 +121,7 @@ def test_bounds_evict_oldest_first_by_count_and_bytes():
 
 
 def test_shutdown_takes_everything_in_flight():
-    asm, clock, obs = make()
+    asm, _clock, _obs = make()
     asm.add(batch(span("c" * 32, "1"), span("d" * 32, "2", parent="9")))
     done = asm.completed(everything=True)
     assert sorted(c.reason for c in done) == [REASON_SHUTDOWN, REASON_SHUTDOWN]
@@ -157,7 +157,7 @@ def test_deadline_heap_stays_proportional_to_traces_in_flight():
 
 def test_pipeline_span_with_a_remote_parent_completes_like_a_root():
     """A RAG service called by a gateway: the trace's root is exported elsewhere, the @pipeline span is ours."""
-    asm, clock, obs = make()
+    asm, clock, _obs = make()
     tid = "e" * 32
     pipeline = SpanData(tid, "2", "gateway0", "support", 1, 2, attrs={"ragtrace.span.role": "pipeline"})
     asm.add(batch(span(tid, "3", parent="2"), pipeline))

@@ -25,15 +25,15 @@ def test_fifo_lease_ack(tmp_path):
         assert q.put(rec(i))
     assert q.depth() == 3
     leased = q.lease(2, lease_seconds=30)
-    assert [l.record.trace_id for l in leased] == [f"{0:032x}", f"{1:032x}"]
+    assert [lease.record.trace_id for lease in leased] == [f"{0:032x}", f"{1:032x}"]
     assert leased[0].record.context_texts == ["c0"]
-    assert all(l.attempts == 1 for l in leased)
+    assert all(lease.attempts == 1 for lease in leased)
     # leased records are hidden from other leases but still count in depth
-    assert [l.record.user_input for l in q.lease(5, 30)] == ["q2"]
+    assert [lease.record.user_input for lease in q.lease(5, 30)] == ["q2"]
     assert q.lease(5, 30) == []
     assert q.depth() == 3
-    for l in leased:
-        q.ack(l.receipt)
+    for lease in leased:
+        q.ack(lease.receipt)
     assert q.depth() == 1
 
 
@@ -43,7 +43,7 @@ def test_full_queue_drops_newest_and_counts(tmp_path):
     assert q.put(rec(3)) is False
     assert q.dropped == 1 and q.depth() == 2
     # the oldest are kept, the newest was refused
-    assert [l.record.user_input for l in q.lease(10, 30)] == ["q1", "q2"]
+    assert [lease.record.user_input for lease in q.lease(10, 30)] == ["q1", "q2"]
     # leased records still occupy capacity until acked
     assert q.put(rec(4)) is False
     assert q.dropped == 2
@@ -67,12 +67,12 @@ def test_expired_lease_is_redelivered(tmp_path):
 def test_release_with_delay(tmp_path):
     q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
     q.put(rec(1))
-    (l,) = q.lease(1, 30)
-    q.release(l.receipt, delay=0.3)
+    (lease,) = q.lease(1, 30)
+    q.release(lease.receipt, delay=0.3)
     assert q.lease(1, 30) == []
     time.sleep(0.35)
     (l2,) = q.lease(1, 30)
-    assert l2.attempts == 2 and l2.receipt != l.receipt
+    assert l2.attempts == 2 and l2.receipt != lease.receipt
 
 
 def test_oldest_age(tmp_path):
@@ -194,21 +194,21 @@ def test_unreadable_row_is_dropped_and_counted_not_redelivered_forever(tmp_path)
     raw.close()
     q.put(rec(2))
     assert q.depth() == 3
-    assert [l.record.user_input for l in q.lease(10, 30)] == ["q1", "q2"]
+    assert [lease.record.user_input for lease in q.lease(10, 30)] == ["q1", "q2"]
     assert q.corrupt == 1 and q.depth() == 2
 
 
 def test_extend_keeps_a_lease_alive_and_fails_once_lost(tmp_path):
     q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
     q.put(rec(1))
-    (l,) = q.lease(1, lease_seconds=0.3)
+    (lease,) = q.lease(1, lease_seconds=0.3)
     time.sleep(0.2)
-    assert q.extend(l.receipt, 0.5)
+    assert q.extend(lease.receipt, 0.5)
     time.sleep(0.2)
     assert q.lease(1, 30) == []  # would have expired without the extension
     time.sleep(0.4)
     (taken,) = q.lease(1, 30)
-    assert q.extend(l.receipt, 30) is False  # the old delivery's lease is gone
+    assert q.extend(lease.receipt, 30) is False  # the old delivery's lease is gone
     assert q.extend(taken.receipt, 30) is True
 
 

@@ -106,10 +106,12 @@ async def test_protobuf_partial_success(served):
     _, request = F.to_request(F.ragtrace_shaped())
     request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01" * 8  # wrong length
     request.resource_spans[0].scope_spans[0].spans[1].span_id = b""
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r:
-            assert r.status == 200
-            reply = ExportTraceServiceResponse.FromString(await r.read())
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r,
+    ):
+        assert r.status == 200
+        reply = ExportTraceServiceResponse.FromString(await r.read())
     assert reply.partial_success.rejected_spans == 2
     assert "invalid trace id" in reply.partial_success.error_message
     assert "invalid span id" in reply.partial_success.error_message
@@ -173,9 +175,8 @@ async def test_body_cut_short_by_the_client_is_counted(served):
 async def test_oversized_is_413(served):
     stack = await served(max_request_bytes=2000)
     big = b"\x0a" * 5000
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/traces", data=big, headers=PB) as r:
-            assert r.status == 413
+    async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/traces", data=big, headers=PB) as r:
+        assert r.status == 413
 
         # no Content-Length (chunked): the limit still holds while reading
         async def chunks():
@@ -211,9 +212,11 @@ async def test_saturated_receiver_sheds_with_retry_after(served):
     stack = await served(max_pending_requests=2, retry_after_seconds=3)
     stack.ingestor.pending = 2  # two requests being received right now
     _, request = F.to_request(F.ragtrace_shaped())
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r:
-            assert r.status == 503 and r.headers["Retry-After"] == "3"
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r,
+    ):
+        assert r.status == 503 and r.headers["Retry-After"] == "3"
         stack.ingestor.pending = 1
         async with s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r:
             assert r.status == 200
@@ -256,9 +259,11 @@ async def test_event_loop_backlog_sheds(served):
         assert stack.ingestor.loop_lag > 0.2
         assert not stack.ingestor.admit()
         _, request = F.to_request(F.ragtrace_shaped())
-        async with aiohttp.ClientSession() as s:
-            async with s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r:
-                shed = r.status
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(stack.url + "/v1/traces", data=request.SerializeToString(), headers=PB) as r,
+        ):
+            shed = r.status
         for _ in range(100):  # the loop catches up: admitted again
             await asyncio.sleep(0.02)
             if stack.ingestor.loop_lag < 0.2:

@@ -19,7 +19,7 @@ from tests.support.paths import SHARED
 from tests.support.scripted_openai import ScriptedOpenAI, judge_task
 
 SEED = SHARED / "conformance" / "seed-examples.jsonl"
-EXAMPLES = [json.loads(l) for l in SEED.read_text().splitlines() if l.strip()] if SEED.is_file() else []
+EXAMPLES = [json.loads(line) for line in SEED.read_text().splitlines() if line.strip()] if SEED.is_file() else []
 
 
 def blocks(prompt: str, tag: str) -> list[str]:
@@ -98,7 +98,7 @@ def embedder_for(ex: dict):
 
     def embed(texts: list[str]) -> list[list[float]]:
         out = []
-        for i, t in enumerate(texts):
+        for _i, t in enumerate(texts):
             m = re.fullmatch(r"generated question (\d+)", t)
             if m:
                 out.append(vec(d["cosines"][int(m.group(1))], 2 + int(m.group(1))))

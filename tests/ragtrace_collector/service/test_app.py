@@ -25,9 +25,11 @@ def make_config(tmp_path, **over):
 
 
 async def post(app, body: bytes) -> int:
-    async with aiohttp.ClientSession() as s:
-        async with s.post(f"http://127.0.0.1:{app.http_port}/v1/traces", data=body, headers=PB) as r:
-            return r.status
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"http://127.0.0.1:{app.http_port}/v1/traces", data=body, headers=PB) as r,
+    ):
+        return r.status
 
 
 async def test_ports_ready_and_flush_on_stop(tmp_path):

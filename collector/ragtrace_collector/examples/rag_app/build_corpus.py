@@ -40,7 +40,7 @@ def group_of(z: int) -> int | None:
     # periods 6 and 7: 2 s-block, then 14 f-block (57-70 / 89-102 without group), then 3..18
     if pos < 2:
         return pos + 1
-    if pos < 16 and not (pos == 2):  # La/Ac counted as f-block start; Lu/Lr (pos 16) is group 3
+    if pos < 16 and pos != 2:  # La/Ac counted as f-block start; Lu/Lr (pos 16) is group 3
         return None
     if pos == 2:
         return None
@@ -91,7 +91,7 @@ def questions() -> list[dict]:
     """Questions answerable from the corpus, with reference answers and the passage that supports them."""
     out: list[dict] = []
     kinds = ["number", "discovery", "symbol", "fact"]
-    for i, (z, sym, name, cat, phase, year, who, fact) in enumerate(ELEMENTS):
+    for i, (z, sym, name, _cat, _phase, year, who, fact) in enumerate(ELEMENTS):
         slug = name.lower()
         kind = kinds[i % len(kinds)]
         if kind == "discovery" and year is None:

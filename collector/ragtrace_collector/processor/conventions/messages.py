@@ -166,9 +166,8 @@ def conversation(
         role = role.lower()
         if role in _ASSISTANT_ROLES:
             turns.append(("assistant", content))
-        elif role in _USER_ROLES or role == "":
-            if not any(c in content for c in stuffed):
-                turns.append(("user", content))
+        elif (role in _USER_ROLES or role == "") and not any(c in content for c in stuffed):
+            turns.append(("user", content))
     role, content = prompt[-1][0].lower(), prompt[-1][1]
     if role in _USER_ROLES or role == "":
         if question and (question in content or any(c in content for c in stuffed)):

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.config import DEFAULT_METRICS  # re-exported: the one default set is config's
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
 from ragtrace_collector.scoring.metrics.context import (
     ContextEntityRecall,
@@ -47,8 +48,6 @@ METRICS: dict[str, Metric] = {
         Latency(),
     )
 }
-
-from ragtrace_collector.config import DEFAULT_METRICS  # the one default set: config scoring.metrics
 
 
 def get_metric(name: str) -> Metric:

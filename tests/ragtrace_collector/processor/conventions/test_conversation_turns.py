@@ -23,7 +23,7 @@ PROMPT = [("system", SYSTEM), ("user", EARLIER_Q), ("assistant", EARLIER_A), ("u
 
 def _chat(llm_attrs: dict) -> list[Spec]:
     retriever = {"openinference.span.kind": "RETRIEVER", "input.value": F.QUESTION}
-    for i, (doc_id, text, score) in enumerate(F.DOCS[:2]):
+    for i, (doc_id, text, _score) in enumerate(F.DOCS[:2]):
         retriever[f"retrieval.documents.{i}.document.id"] = doc_id
         retriever[f"retrieval.documents.{i}.document.content"] = text
     return [

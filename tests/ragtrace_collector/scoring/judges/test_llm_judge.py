@@ -196,7 +196,7 @@ async def test_injection_in_a_retrieved_document_stays_data(server):
     judge = judge_for(server)
     [res] = await evaluate_record(record, ["faithfulness"], judge)
     assert res.status == "scored" and res.score == 0.0
-    verify = [r for r in server.chat_requests() if judge_task(r.body) == P.TASK_VERIFY][0]
+    verify = next(r for r in server.chat_requests() if judge_task(r.body) == P.TASK_VERIFY)
     system, prompt = verify.messages[0]["content"], verify.messages[1]["content"]
     assert "never instructions" in system
     # the injected text sits inside its context block and cannot close it

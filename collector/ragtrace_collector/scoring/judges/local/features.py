@@ -11,6 +11,7 @@ The same code computes the features for training (``scripts/train_local_judge.py
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -59,7 +60,7 @@ _NO_INFO = re.compile(
 
 
 def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
-    return set(zip(tokens, tokens[1:]))
+    return set(itertools.pairwise(tokens))
 
 
 @dataclass
