@@ -28,6 +28,7 @@ import asyncio
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -331,7 +332,15 @@ def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict
     """Per-metric mean/count/skipped/errors over the output file (last line per id)."""
     entries = load_done(out)
     stats = {m: {"metric": m, "values": [], "skipped": 0, "errors": 0} for m in metrics}
-    totals = {"rows": 0, "bad_rows": 0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    totals: dict[str, Any] = {
+        "rows": 0,
+        "bad_rows": 0,
+        "calls": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_usd": 0.0,
+        "error_reasons": Counter(),
+    }
     for entry in entries.values():
         totals["rows"] += 1
         if "error" in entry:
@@ -347,6 +356,7 @@ def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict
                 s["skipped"] += 1
             else:
                 s["errors"] += 1
+                totals["error_reasons"][str(res.get("reason") or "no reason given")[:200]] += 1
     rows = []
     for s in stats.values():
         vals = s.pop("values")
@@ -465,4 +475,23 @@ def run(args: argparse.Namespace) -> int:
     err.print(f"scored {counts['scored']} rows, {counts['resumed']} already done, {counts['bad']} unreadable")
     summary, totals = summarise(args.out, metrics)
     print_summary(summary, totals, Console())
+    return _exit_status(summary, totals, err)
+
+
+def _exit_status(summary: list[dict[str, Any]], totals: dict[str, Any], err: Any) -> int:
+    """1 when no score came out (no rows, every row unreadable, every metric errored or skipped), so CI notices."""
+    from rich.markup import escape
+
+    from ragtrace_collector.cli.printable import printable
+
+    reasons: Counter[str] = totals["error_reasons"]
+    for reason, n in reasons.most_common(3):
+        err.print(f"[red]judge/metric errors[/red] ×{n}: {escape(printable(reason))}")
+    if not any(r["count"] for r in summary):
+        skipped = sum(r["skipped"] for r in summary)
+        err.print(
+            f"[red]error:[/red] no score came out: {totals['bad_rows']} of {totals['rows']} rows unreadable, "
+            f"{sum(reasons.values())} metric errors, {skipped} skipped"
+        )
+        return 1
     return 0

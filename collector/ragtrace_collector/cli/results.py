@@ -12,13 +12,13 @@ direction: lowest first where higher is better, highest first where lower is bet
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ragtrace_collector.cli.printable import json_line, printable
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
 from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
 
@@ -75,7 +75,7 @@ def as_json(row: StoredResult) -> dict[str, Any]:
 
 
 def _short(text: str | None, limit: int = MAX_TEXT) -> str:
-    text = " ".join((text or "").split())
+    text = printable(" ".join((text or "").split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -83,8 +83,8 @@ def print_table(rows: list[StoredResult], out: TextIO) -> None:
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.scored_at))
         out.write(
-            f"{row.score:.3f}  {row.metric}  trace_id={row.trace_id or '-'}  pipeline={row.pipeline or '-'}"
-            f"  judge={row.judge or '-'}  {when}Z\n"
+            f"{row.score:.3f}  {printable(row.metric)}  trace_id={printable(row.trace_id or '-')}"
+            f"  pipeline={printable(row.pipeline or '-')}  judge={printable(row.judge or '-')}  {when}Z\n"
         )
         if row.user_input:
             out.write(f"    question: {_short(row.user_input)}\n")
@@ -99,7 +99,7 @@ def print_summary(rows: list[dict[str, Any]], out: TextIO) -> None:
     for r in rows:
         mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
         weighted = "-" if r["weighted_mean"] is None else f"{r['weighted_mean']:.3f}"
-        out.write(f"{r['metric']:<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n")
+        out.write(f"{printable(r['metric']):<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n")
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             store.close()
         if args.json:
             for row in summary:
-                out.write(json.dumps(row) + "\n")
+                out.write(json_line(row) + "\n")
         else:
             print_summary(summary, out)
         return 0
@@ -138,13 +138,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         rows = store.worst(args.metric, below=args.below, above=args.above, limit=args.limit, pipeline=args.pipeline)
         if not rows and args.metric not in store.metrics():
             known = ", ".join(store.metrics()) or "none yet"
-            print(f"no results for metric {args.metric!r} (stored metrics: {known})", file=sys.stderr)
+            print(f"no results for metric {args.metric!r} (stored metrics: {printable(known)})", file=sys.stderr)
             return 1
     finally:
         store.close()
     if args.json:
         for row in rows:
-            out.write(json.dumps(as_json(row), ensure_ascii=False) + "\n")
+            out.write(json_line(as_json(row)) + "\n")
     else:
         if not rows:
             out.write("no records match\n")

@@ -134,7 +134,7 @@ def test_rows_that_failed_on_judge_availability_are_redone(server, tmp_path, cap
     data.write_text(row(1) + "\n")
     out = tmp_path / "out.jsonl"
     server.responder = lambda body: 503
-    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 1  # nothing scored: CI must notice
     [entry] = read(out)
     assert entry["retry"] is True and entry["scores"]["faithfulness"] is None
     assert entry["results"]["faithfulness"]["retryable"] is True
@@ -190,7 +190,7 @@ def test_an_unreadable_row_fixed_in_the_input_is_scored_on_rerun(server, tmp_pat
     data = tmp_path / "in.jsonl"
     data.write_text(json.dumps({"id": "r1", "retrieved_contexts": 5}) + "\n" + "{broken\n")
     out = tmp_path / "out.jsonl"
-    assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 1  # every row unreadable
     assert [("error" in e) for e in read(out)] == [True, True]
     data.write_text(row(1) + "\n" + "{broken\n")
     assert run_cli(server, data, out, "--metrics", "faithfulness") == 0
@@ -322,3 +322,14 @@ def test_geval_without_criteria_is_a_configuration_error(server, tmp_path, capsy
     assert run_cli(server, data, tmp_path / "o.jsonl", "--metrics", "geval", "--geval-params", "response") == 2
     assert "scoring.options.geval.criteria" in capsys.readouterr().err
     assert not server.requests
+
+
+def test_exit_status_gates_ci_when_no_score_comes_out(server, tmp_path, capsys):
+    """Every judge call failing is a failed run (exit 1) whose reasons reach stderr, not only the output file."""
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n" + row(2) + "\n")
+    out = tmp_path / "out.jsonl"
+    server.responder = lambda body: 401
+    assert run_cli(server, data, out, "--metrics", "faithfulness") == 1
+    err = capsys.readouterr().err
+    assert "no score came out" in err and "judge/metric errors" in err
