@@ -8,9 +8,11 @@ OpenTelemetry proxy tracer, which is a no-op until the app (or ``init()``) sets 
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ DEFAULT_MAX_DOCUMENTS = 20  # documents recorded per span (the total is recorded
 DEFAULT_MAX_SPAN_CHARS = 262_144  # characters of text per span, all attributes together
 DEFAULT_MAX_QUEUE_SIZE = 2048  # spans waiting for export; beyond this they are dropped and counted
 DEFAULT_EXPORT_TIMEOUT_S = 5.0
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0  # the most ragtrace may add to the app's exit, flush included
 
 REDACTED = "[REDACTED]"
 
@@ -73,6 +76,17 @@ def _env_int(*names: str) -> int | None:
         return int(v)
     except ValueError:
         safety.report("config.env_int", ValueError(f"{names[0]}={v!r} is not an integer"))
+        return None
+
+
+def _env_float(*names: str) -> float | None:
+    v = _env(*names)
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        safety.report("config.env_float", ValueError(f"{names[0]}={v!r} is not a number"))
         return None
 
 
@@ -119,15 +133,48 @@ class Settings:
 SETTINGS = Settings.from_env()
 
 
+def _cap_timeout(exporter: Any, seconds: float) -> None:
+    """Lower an OTLP exporter's per-export budget (retries included) to ``seconds``.
+
+    The OTLP exporters read it from a private field, so this is best effort: where the field
+    is not found, the bounded join in :meth:`CountingBatchSpanProcessor.close` still holds.
+    An exporter the app passed in is left alone (its ``_timeout`` may mean something else).
+    """
+    if not type(exporter).__module__.startswith("opentelemetry.exporter.otlp."):
+        return
+    holders: tuple[Any, ...] = (exporter, getattr(exporter, "_client", None))  # gRPC exporter; HTTP's client
+    for holder in holders:
+        t = getattr(holder, "_timeout", None)
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            try:
+                holder._timeout = max(0.0, min(float(t), seconds))
+            except Exception:
+                pass
+
+
 class CountingExporter(SpanExporter):
-    """Delegates to the real exporter and counts what got out and what did not."""
+    """Delegates to the real exporter and counts what got out and what did not.
+
+    Once a shutdown deadline is set, each export gets only the time left (and none after it),
+    so the final flush cannot outlive the handle's shutdown timeout.
+    """
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
         self.exported = 0
         self.failed = 0
+        self.deadline: float | None = None  # time.monotonic() by which exporting must stop
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        deadline = self.deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.failed += len(spans)
+                return SpanExportResult.FAILURE
+            _cap_timeout(self.inner, left)
         try:
             result = self.inner.export(spans)
         except Exception as exc:  # the exporter itself broke: count, never propagate
@@ -140,25 +187,69 @@ class CountingExporter(SpanExporter):
         return result
 
     def shutdown(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         self.inner.shutdown()
+
+    def abort(self) -> None:
+        """Past the deadline: no more exports, and the exporter's retry waits and open calls end now."""
+        self.deadline = float("-inf")
+        _cap_timeout(self.inner, 0.0)
+        _in_background("ragtrace-exporter-abort", self.shutdown, "exporter.abort")  # at exit may not start
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
 
-class CountingBatchSpanProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` that counts spans it had to drop because its queue was full.
+def _in_background(name: str, fn: Callable[[], Any], site: str) -> threading.Thread | None:
+    """Run ``fn`` in a daemon thread (never keeps the process alive), reporting its failures.
 
-    The queue is bounded (``max_queue_size``): when the exporter is dead or slow, the app
-    keeps running at full speed, memory stays flat and the overflow is counted here.
+    None where no thread can be started: Python 3.12 refuses them in ``atexit`` hooks.
     """
 
-    def __init__(self, exporter: SpanExporter, max_queue_size: int, **kwargs: Any) -> None:
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:
+            safety.report(site, exc)
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    try:
+        t.start()
+    except RuntimeError:
+        return None
+    return t
+
+
+class CountingBatchSpanProcessor(BatchSpanProcessor):
+    """A ``BatchSpanProcessor`` that counts spans it had to drop because its queue was full,
+    and whose flush and shutdown are bounded in time.
+
+    The queue is bounded (``max_queue_size``): when the exporter is dead or slow, the app
+    keeps running at full speed, memory stays flat and the overflow is counted here. The
+    SDK's own ``force_flush`` and ``shutdown`` wait on the exporter's whole retry budget
+    (and ``shutdown`` up to 30 s for the worker), which a provider's at-exit hook would add
+    to the app's exit: here they run in a daemon thread the caller waits on for a bounded time.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        max_queue_size: int,
+        shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(exporter, max_queue_size=max_queue_size, **kwargs)
         self.max_queue_size = max_queue_size
+        self.shutdown_timeout_s = shutdown_timeout_s
         self.ended = 0
         self.dropped = 0
         self._queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+        self._counting = exporter if isinstance(exporter, CountingExporter) else None
+        self._closed = False
+        self._closed_lock = threading.Lock()
 
     def on_end(self, span: Any) -> None:
         self.ended += 1
@@ -166,6 +257,60 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         if q is not None and len(q) >= self.max_queue_size:
             self.dropped += 1
         super().on_end(span)
+
+    def force_flush(self, timeout_millis: int | None = 30000) -> bool:
+        """Export what is queued; False if that did not finish within ``timeout_millis``."""
+        timeout_s = 30.0 if timeout_millis is None else max(0.0, timeout_millis / 1000)
+        ok: list[bool] = [False]
+
+        def flush() -> None:
+            ok[0] = bool(BatchSpanProcessor.force_flush(self, timeout_millis))
+
+        t = _in_background("ragtrace-flush", flush, "processor.force_flush")
+        if t is None:
+            return False
+        t.join(timeout_s)
+        return not t.is_alive() and ok[0]
+
+    def shutdown(self) -> None:
+        """Bounded by ``shutdown_timeout_s`` (also when an app's provider shuts us down at exit)."""
+        self.close(time.monotonic() + self.shutdown_timeout_s)
+
+    def close(self, deadline: float) -> bool:
+        """Flush and stop by ``deadline`` (``time.monotonic()``); True if everything finished in time.
+
+        Exports get only the time left; past the deadline the exporter is aborted in the
+        background and whatever is still queued is dropped (counted as failed).
+        """
+        with self._closed_lock:
+            if self._closed:
+                return True
+            self._closed = True
+        counting = self._counting
+        if counting is not None:
+            counting.deadline = deadline
+        t = _in_background("ragtrace-shutdown", lambda: BatchSpanProcessor.shutdown(self), "processor.shutdown")
+        if t is None:
+            return self._close_inline(deadline)
+        t.join(max(0.0, deadline - time.monotonic()))
+        if not t.is_alive():
+            return True
+        if counting is not None:
+            counting.abort()
+        return False
+
+    def _close_inline(self, deadline: float) -> bool:
+        """No thread to wait on (Python 3.12 at exit): the SDK's batch processor joins its worker
+        for the time left only, and its exports are capped by the exporter's deadline."""
+        inner = getattr(self, "_batch_processor", None)
+        if inner is None or not hasattr(inner, "shutdown"):
+            return False
+        try:
+            inner.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
+        except Exception as exc:
+            safety.report("processor.shutdown", exc)
+            return False
+        return time.monotonic() <= deadline
 
 
 def _make_exporter(protocol: str, endpoint: str, headers: dict[str, str] | None, timeout_s: float) -> SpanExporter:
@@ -209,7 +354,12 @@ def _parse_headers(raw: str | None) -> dict[str, str] | None:
 
 
 class TracingHandle:
-    """What :func:`init` returns: flush, shut down, and read the drop/export counters."""
+    """What :func:`init` returns: flush, shut down, and read the drop/export counters.
+
+    Until it is shut down, it is shut down at exit (:func:`_shutdown_at_exit`) within
+    ``shutdown_timeout_s``: a dead, black-holed or slow collector adds at most that to the
+    app's exit (the provider's own unbounded at-exit shutdown is not used).
+    """
 
     def __init__(
         self,
@@ -219,6 +369,7 @@ class TracingHandle:
         owns_provider: bool,
         endpoint: str | None,
         protocol: str | None,
+        shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
     ) -> None:
         self.provider = provider
         self.processor = processor
@@ -226,7 +377,10 @@ class TracingHandle:
         self.owns_provider = owns_provider
         self.endpoint = endpoint
         self.protocol = protocol
+        self.shutdown_timeout_s = shutdown_timeout_s
         self._closed = False
+        if owns_provider or processor is not None:
+            _track(self)
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Export what is queued; returns False if that did not finish within ``timeout_s``.
@@ -237,41 +391,40 @@ class TracingHandle:
         target = self.processor if self.processor is not None else self.provider
         if target is None or not hasattr(target, "force_flush"):
             return True
-        done = threading.Event()
         ok: list[bool] = [False]
 
-        def run() -> None:
-            try:
-                ok[0] = bool(target.force_flush(int(timeout_s * 1000)))
-            except Exception as exc:
-                safety.report("handle.force_flush", exc)
-            finally:
-                done.set()
+        def flush() -> None:
+            ok[0] = bool(target.force_flush(int(timeout_s * 1000)))
 
-        threading.Thread(target=run, name="ragtrace-flush", daemon=True).start()
-        return done.wait(timeout_s) and ok[0]
+        t = _in_background("ragtrace-flush", flush, "handle.force_flush")
+        if t is None:
+            return False
+        t.join(timeout_s)
+        return not t.is_alive() and ok[0]
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Flush (bounded) and stop exporting. Spans ended afterwards are not exported."""
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush and stop exporting, within ``timeout_s`` in total (default: ``shutdown_timeout_s``).
+
+        What is not exported by then is dropped (counted as failed); spans ended afterwards
+        are not exported.
+        """
         if self._closed:
             return
         self._closed = True
+        _untrack(self)
+        budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + max(0.0, budget)
         if self.owns_provider:
             _RETIRED.add(self.provider)
-        self.force_flush(timeout_s)
-
-        def run() -> None:
-            try:
-                if self.owns_provider:
-                    self.provider.shutdown()
-                elif self.processor is not None:
-                    self.processor.shutdown()
-            except Exception as exc:
-                safety.report("handle.shutdown", exc)
-
-        t = threading.Thread(target=run, name="ragtrace-shutdown", daemon=True)
-        t.start()
-        t.join(timeout_s)
+        try:
+            if self.processor is not None:
+                self.processor.close(deadline)
+            if self.owns_provider:  # other processors the app may have added to our provider
+                t = _in_background("ragtrace-shutdown", self.provider.shutdown, "handle.shutdown")
+                if t is not None:  # else (Python 3.12 at exit) it cannot be bounded: skipped
+                    t.join(max(0.0, deadline - time.monotonic()))
+        except Exception as exc:
+            safety.report("handle.shutdown", exc)
         if SETTINGS.tracer is not None and getattr(SETTINGS, "_handle", None) is self:
             SETTINGS.tracer = trace.get_tracer(TRACER_NAME)
 
@@ -285,6 +438,41 @@ class TracingHandle:
             "spans_failed": e.failed if e else 0,
             "internal_errors": safety.internal_error_total(),
         }
+
+
+# Handles not shut down yet, oldest first: the at-exit hook shuts them down, newest first.
+_LIVE: list[TracingHandle] = []
+_LIVE_LOCK = threading.Lock()
+_AT_EXIT_REGISTERED = False
+
+
+def _track(handle: TracingHandle) -> None:
+    global _AT_EXIT_REGISTERED
+    with _LIVE_LOCK:
+        _LIVE.append(handle)
+        if not _AT_EXIT_REGISTERED:
+            atexit.register(_shutdown_at_exit)
+            _AT_EXIT_REGISTERED = True
+
+
+def _untrack(handle: TracingHandle) -> None:
+    with _LIVE_LOCK:
+        if handle in _LIVE:
+            _LIVE.remove(handle)
+
+
+def _shutdown_at_exit() -> None:
+    """Shut down every live handle within the longest of their timeouts, in total, not one each."""
+    with _LIVE_LOCK:
+        handles = _LIVE[::-1]
+    if not handles:
+        return
+    deadline = time.monotonic() + max(h.shutdown_timeout_s for h in handles)
+    for h in handles:
+        try:
+            h.shutdown(min(h.shutdown_timeout_s, max(0.0, deadline - time.monotonic())))
+        except Exception as exc:  # pragma: no cover - shutdown reports its own failures
+            safety.report("handle.at_exit", exc)
 
 
 # Providers ragtrace created and a handle has shut down. The global one cannot be replaced, so a
@@ -310,6 +498,7 @@ def init(
     max_queue_size: int | None = None,
     schedule_delay_ms: int | None = None,
     export_timeout_s: float | None = None,
+    shutdown_timeout_s: float | None = None,
     exporter: SpanExporter | None = None,
     tracer_provider: Any = None,
     resource_attributes: dict[str, Any] | None = None,
@@ -325,6 +514,10 @@ def init(
     Export: ``BatchSpanProcessor`` with a bounded queue (``max_queue_size``; overflow is
     dropped and counted) and an OTLP exporter (``protocol`` ``"http/protobuf"`` or ``"grpc"``).
     ``exporter`` replaces the OTLP exporter (tests pass the SDK's in-memory exporter).
+
+    Exit: ``shutdown_timeout_s`` (or ``RAGTRACE_SHUTDOWN_TIMEOUT``, seconds; default 5) bounds
+    the final flush at exit and :meth:`TracingHandle.shutdown` in total, whatever the collector
+    does; ``export_timeout_s`` bounds each export while the app runs.
 
     Content: ``capture_content=False`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false``)
     records no text; ``redact`` (a callable or a list of regexes) runs on every text value
@@ -355,6 +548,11 @@ def init(
     if timeout is None:
         t_env = _env("RAGTRACE_EXPORT_TIMEOUT")
         timeout = float(t_env) if t_env else DEFAULT_EXPORT_TIMEOUT_S
+    exit_timeout = shutdown_timeout_s
+    if exit_timeout is None:
+        exit_timeout = _env_float("RAGTRACE_SHUTDOWN_TIMEOUT")
+    if exit_timeout is None or exit_timeout < 0:
+        exit_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
 
     provider = tracer_provider
     owns = False
@@ -369,7 +567,8 @@ def init(
         attrs.update(resource_attributes or {})
         # Room for max_documents x 4 document fields plus the fixed attributes.
         limits = SpanLimits(max_span_attributes=max(128, s.max_documents * 8 + 64))
-        provider = TracerProvider(resource=Resource.create(attrs), span_limits=limits)
+        # No at-exit shutdown of its own: it waits on the exporter's retries. The handle's is bounded.
+        provider = TracerProvider(resource=Resource.create(attrs), span_limits=limits, shutdown_on_exit=False)
         owns = True
         explicit_export = True
 
@@ -386,6 +585,7 @@ def init(
         processor = CountingBatchSpanProcessor(
             counting,
             max_queue_size=queue,
+            shutdown_timeout_s=exit_timeout,
             schedule_delay_millis=delay,
             max_export_batch_size=min(512, queue),
             export_timeout_millis=int(timeout * 1000),
@@ -397,7 +597,7 @@ def init(
         if not _is_sdk_provider(current):
             trace.set_tracer_provider(provider)
     s.tracer = provider.get_tracer(TRACER_NAME)
-    handle = TracingHandle(provider, processor, counting, owns, resolved_endpoint, proto)
+    handle = TracingHandle(provider, processor, counting, owns, resolved_endpoint, proto, exit_timeout)
     s._handle = handle  # type: ignore[attr-defined]
     return handle
 

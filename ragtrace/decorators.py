@@ -9,7 +9,9 @@ time in :class:`_Spec`; a call only reads arguments by position or name.
 
 Contract with the app: a failure inside ragtrace is reported to :mod:`ragtrace.safety`
 and the call proceeds untraced; the app's own exceptions propagate as the same object and
-are recorded on the span (status ERROR, ``exception`` event, ``error.type``).
+are recorded on the span (status ERROR, ``exception`` event, ``error.type``). What the app's
+objects raise while ragtrace reads them is contained, ``BaseException`` included, except
+interrupts (see :mod:`ragtrace.safety`), which end the span and propagate.
 """
 
 from __future__ import annotations
@@ -264,7 +266,10 @@ class _Spec:
         w = AttrWriter(s, capture, self.static.copy())
         try:
             self._read_inputs(w, instance, args, kwargs, capture, s)
-        except Exception as exc:  # a hostile argument: keep the span, with what was read
+        except BaseException as exc:  # a hostile argument: keep the span, with what was read
+            if isinstance(exc, safety.INTERRUPTS):  # Ctrl-C before the call: end the span, let it through
+                _end_with(span, w)
+                raise
             safety.report("inputs", exc)
         return span, ctx, w
 
@@ -352,19 +357,22 @@ class _Spec:
     def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
         span = state.span
         try:
-            if span.is_recording():
-                set_span_attributes(span, self.stream_output_attributes(state, error is not None))
-        except Exception as exc:  # hostile chunks: keep what was collected, still record the app's error
-            safety.report("stream.output", exc)
-            w = cast(_TracedStreamState, state).writer
             try:
-                w.attrs.update(state.stream_attributes(None, error is not None))
-            except Exception:
-                pass
-            _set_collected(span, w)
-        if error is not None:
-            _record_error(span, error)
-        span.end(end_time=state.end_time_ns())
+                if span.is_recording():
+                    set_span_attributes(span, self.stream_output_attributes(state, error is not None))
+            except BaseException as exc:  # hostile chunks: keep what was collected, still record the app's error
+                w = cast(_TracedStreamState, state).writer
+                try:
+                    w.attrs.update(state.stream_attributes(None, error is not None))
+                except Exception:
+                    pass
+                _set_collected(span, w)
+                safety.reraise_interrupt(exc)
+                safety.report("stream.output", exc)
+            if error is not None:
+                _record_error(span, error)
+        finally:
+            span.end(end_time=state.end_time_ns())
 
     def stream_output_attributes(self, state: StreamState, failed: bool = False) -> dict:
         s = SETTINGS
@@ -399,7 +407,8 @@ def _redacted(redact: Any, text: str) -> str:
     try:
         out = redact(text)
         return out if type(out) is str else REDACTED
-    except Exception as exc:
+    except BaseException as exc:
+        safety.reraise_interrupt(exc)
         safety.report("redact", exc)
         return REDACTED
 
@@ -419,7 +428,8 @@ def _record_error(span: Any, exc: BaseException) -> None:
                 extra = {"exception.message": message, "exception.stacktrace": stack}
             span.record_exception(exc, attributes=extra)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:1024]))
-    except Exception as e:
+    except BaseException as e:  # the app's exception's __str__ raised: the app still gets its exception
+        safety.reraise_interrupt(e)
         safety.report("record_error", e)
 
 
@@ -446,9 +456,11 @@ def _end_with(span: Any, w: AttrWriter) -> None:
 
 def _fail(span: Any, exc: BaseException, w: AttrWriter) -> None:
     """The app raised: record what was collected and the exception, end the span."""
-    _set_collected(span, w)
-    _record_error(span, exc)
-    _end(span)
+    try:
+        _set_collected(span, w)
+        _record_error(span, exc)
+    finally:
+        _end(span)
 
 
 def _is_stream(result: Any) -> bool:
@@ -488,9 +500,12 @@ def _done(spec: _Spec, span: Any, ctx: Any, w: AttrWriter, result: Any, t0: floa
             return _wrap_stream(spec, span, ctx, w, result, t0)
         if span.is_recording():
             set_span_attributes(span, spec.output_attributes(result, w))
-    except Exception as exc:  # a hostile result: keep what was read (inputs, partial output)
-        safety.report("finish", exc)
+    except BaseException as exc:  # a hostile result: keep what was read (inputs, partial output)
         _set_collected(span, w)
+        if isinstance(exc, safety.INTERRUPTS):
+            _end(span)
+            raise
+        safety.report("finish", exc)
     _end(span)
     return result
 
@@ -553,9 +568,10 @@ def _generator_factory(spec: _Spec) -> Callable[..., Any]:
             raise
         try:
             return _wrap_stream(spec, span, ctx, w, gen, t0)
-        except Exception as exc:  # ragtrace's failure, not the app's: end the span, no error status
-            safety.report("stream.wrap", exc)
+        except BaseException as exc:  # ragtrace's failure, not the app's: end the span, no error status
             _end_with(span, w)
+            safety.reraise_interrupt(exc)
+            safety.report("stream.wrap", exc)
             return gen
 
     return wrapper
@@ -590,7 +606,8 @@ def _decorate(fn: Any, role: str, options: dict[str, Any]) -> Any:
     try:
         spec = _Spec(fn, role, **options)
         return wrapt.FunctionWrapper(fn, _FACTORIES[_kind_of(fn)](spec))
-    except Exception as exc:
+    except BaseException as exc:
+        safety.reraise_interrupt(exc)
         safety.report("decorate", exc)
         return fn
 
@@ -909,7 +926,8 @@ def annotate(
             attrs[A.RAGTRACE_SAMPLE] = bool(sample)
         span.set_attributes(w.finish())
         return True
-    except Exception as exc:
+    except BaseException as exc:  # values whose str() raises
+        safety.reraise_interrupt(exc)
         safety.report("annotate", exc)
         return False
 

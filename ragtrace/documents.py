@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from .safety import reraise_interrupt
+
 
 class Doc(NamedTuple):
     id: str | None
@@ -32,7 +34,8 @@ def _num(v: Any) -> float | None:
         return None
     try:
         f = float(v)
-    except Exception:  # not a number, too large, or an object whose __float__ raises
+    except BaseException as exc:  # not a number, too large, or an object whose __float__ raises
+        reraise_interrupt(exc)
         return None
     # NaN and infinities carry no ranking information (and JSON cannot hold them)
     return f if type(f) is float and f - f == 0.0 else None

@@ -62,11 +62,12 @@ def _json(v: Any) -> str:
         if _C_ENCODE is not None:
             return "".join(_C_ENCODE(v, 0))
         return _ENCODER.encode(v)
-    except Exception:
-        pass
+    except BaseException as exc:  # str() of a value raised, whatever it raised
+        safety.reraise_interrupt(exc)
     try:
         return _SAFE_ENCODER.encode(v)
-    except Exception:
+    except BaseException as exc:
+        safety.reraise_interrupt(exc)
         return _ENCODER.encode(f"<unencodable {type(v).__name__}>")
 
 
@@ -98,7 +99,8 @@ class AttrWriter:
                 s = r(s)
                 if type(s) is not str:
                     raise TypeError(f"redaction hook returned {type(s).__name__}, not str")
-            except Exception as exc:  # a broken hook must not leak unredacted text
+            except BaseException as exc:  # a broken hook must not leak unredacted text
+                safety.reraise_interrupt(exc)
                 safety.report("redact", exc)
                 self.truncated = True
                 return
@@ -216,7 +218,8 @@ def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
                 texts = [r(t) for t in texts]
                 if any(type(t) is not str for t in texts):
                     raise TypeError("redaction hook returned a non-str value")
-            except Exception as exc:  # a broken hook must not leak unredacted text
+            except BaseException as exc:  # a broken hook must not leak unredacted text
+                safety.reraise_interrupt(exc)
                 safety.report("redact", exc)
                 w.truncated = True
                 return

@@ -83,7 +83,8 @@ class StreamState:
         self.ended = True
         try:
             self.on_finish(self, error)
-        except Exception as exc:
+        except BaseException as exc:
+            safety.reraise_interrupt(exc)  # on_finish has ended the span
             safety.report("stream.finish", exc)
             try:
                 self.span.end()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .safety import reraise_interrupt
+
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if obj is None:
@@ -20,7 +22,8 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
         return obj.get(key, default)
     try:
         return getattr(obj, key, default)
-    except Exception:
+    except BaseException as exc:  # whatever a hostile __getattr__ raises, but an interrupt
+        reraise_interrupt(exc)
         return default
 
 
@@ -29,7 +32,8 @@ def _int(v: Any) -> int | None:
         return None
     try:
         n = int(v)
-    except Exception:  # None-like, NaN, inf, or an object whose __int__ raises
+    except BaseException as exc:  # None-like, NaN, inf, or an object whose __int__ raises
+        reraise_interrupt(exc)
         return None
     return n if type(n) is int and 0 <= n < 1 << 63 else None  # OTLP ints are int64
 
