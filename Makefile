@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test test-unit test-deps lint bench
+.PHONY: install demo test test-unit test-deps test-peers lint bench
 
 install:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
@@ -25,6 +25,13 @@ test: install
 # The fast inner loop: no servers, no wheel builds.
 test-unit: install
 	$(PY) -m pytest -q -m "not integration and not slow" --ignore=tests/integration $(PYTEST_ARGS)
+
+# The peer conformance suite, live: rebuild the pinned peer environments (.peers/, from
+# scripts/peers/requirements/) and run each peer app against a served collector, printing per setup
+# records per request, the fields found and TTFT. `make test` replays the committed captures instead.
+test-peers: install
+	bash scripts/peers/build.sh
+	$(PY) scripts/peers/live.py
 
 test-deps:
 	@bash scripts/install_test_deps.sh --require

@@ -207,7 +207,7 @@ def start_collector(data_dir: str, sampling_rate: float, max_pending: int):
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "collector")]),  # this checkout's code first
         "RAGTRACE_SAMPLING__RATE": str(sampling_rate),
         "RAGTRACE_LIMITS__MAX_PENDING_REQUESTS": str(max_pending),
         "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "1.0",

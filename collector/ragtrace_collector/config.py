@@ -80,6 +80,7 @@ OTHER_ENV_VARS: tuple[str, ...] = (
     "RAGTRACE_MAX_SPAN_CHARS",
     "RAGTRACE_MAX_QUEUE_SIZE",
     "RAGTRACE_EXPORT_TIMEOUT",
+    "RAGTRACE_SHUTDOWN_TIMEOUT",
     # the embedded judge (scoring/embeddings.py, scoring/judges/local)
     "RAGTRACE_EMBEDDING_ONNX",
     "RAGTRACE_EMBEDDING_TOKENIZER",
@@ -149,9 +150,19 @@ class AuthConfig(_Section):
 
 class LimitsConfig(_Section):
     max_request_bytes: int = 4 * 1024 * 1024  # decompressed body; larger → HTTP 413 / gRPC RESOURCE_EXHAUSTED
-    max_pending_requests: int = 16  # OTLP requests being received at once; above → 503 / RESOURCE_EXHAUSTED
+    max_pending_requests: int = 16  # whole OTLP requests being decoded at once; above → 503 / RESOURCE_EXHAUSTED
     max_loop_lag_seconds: float | None = 0.5  # event-loop lag / record backlog above which requests are shed
     retry_after_seconds: int = 1
+    # A connection must deliver a request's headers within this of opening or of its previous reply (idle
+    # keep-alive connections are closed after it too); a body gets this long, plus its size at the rate below
+    read_timeout_seconds: float = Field(default=10.0, gt=0)
+    min_body_bytes_per_second: int = Field(default=16 * 1024, gt=0)  # slower uploads → HTTP 408, counted
+    # Request bytes held while bodies arrive, all connections together (admission waits for a whole body)
+    max_receiving_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # /metrics series per label set (the metrics sharing traffic labels: service, pipeline, model); past it a new
+    # label combination is recorded as "other" (ragtrace_metric_series_overflow_total counts it)
+    max_series_per_label_set: int = Field(default=2000, ge=0)
+    label_idle_seconds: float = Field(default=600.0, gt=0)  # a label value/combination unused this long frees its slot
 
 
 class AssemblyConfig(_Section):
@@ -216,6 +227,8 @@ class JudgeConfig(_Section):
     concurrency: int = Field(default=4, ge=1)
     timeout_seconds: float = 30.0
     max_retries: int = Field(default=3, ge=0)
+    max_tokens: int = Field(default=4096, ge=1)  # completion bound sent with every LLM judge request
+    max_reply_chars: int = Field(default=100_000, ge=1)  # longer judge replies are refused (an error), never stored
 
 
 class GEvalConfig(_Section):

@@ -282,3 +282,13 @@ def test_plain_construction_reads_no_environment(monkeypatch):
     monkeypatch.setenv("RAGTRACE_SAMPLING__RATE", "0.5")
     assert CollectorConfig().sampling.rate == 1.0
     assert load_config().sampling.rate == 0.5
+
+
+def test_every_variable_the_sdk_reads_is_known_to_the_collector():
+    """An app and its collector often share an environment: the SDK's own variables must not be warned about."""
+    import re
+
+    sdk = (REPO / "ragtrace" / "config.py").read_text()
+    read = set(re.findall(r'_env(?:_int|_bool|_float)?\(\s*"(RAGTRACE_[A-Z_]+)"', sdk))
+    assert read, "the pattern no longer finds the SDK's variables"
+    assert read <= set(OTHER_ENV_VARS), sorted(read - set(OTHER_ENV_VARS))

@@ -179,7 +179,8 @@ def openllmetry() -> list[Spec]:
                 "gen_ai.prompt.0.role": "system",
                 "gen_ai.prompt.0.content": "Answer from the context.",
                 "gen_ai.prompt.1.role": "user",
-                "gen_ai.prompt.1.content": QUESTION,
+                # the task's passages stuffed into the prompt, as a RAG app does (how its retrieval is recognised)
+                "gen_ai.prompt.1.content": "\n".join(d[1] for d in DOCS) + "\n\nQuestion: " + QUESTION,
                 "gen_ai.completion.0.role": "assistant",
                 "gen_ai.completion.0.content": ANSWER,
                 "gen_ai.completion.0.finish_reason": "stop",

@@ -34,7 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragtrace_collector.scoring.results_store import ResultsStore
 
 # The shipped alert rules (grafana/prometheus/rules in the repository), as package data.
 RULES_PACKAGE = "ragtrace_collector.examples.prometheus"
@@ -363,7 +366,9 @@ class Traffic:
     @property
     def degraded(self) -> bool:
         return (
-            self.degrade_after is not None and self._started and time.monotonic() - self._started >= self.degrade_after
+            self.degrade_after is not None
+            and bool(self._started)
+            and time.monotonic() - self._started >= self.degrade_after
         )
 
     def start(self) -> None:
@@ -445,9 +450,9 @@ class ScoreReader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._store = None
+        self._store: ResultsStore | None = None
 
-    def _open(self):
+    def _open(self) -> ResultsStore | None:
         if self._store is None and self.path.exists():
             from ragtrace_collector.scoring.results_store import ResultsStore
 

@@ -294,7 +294,8 @@ async def _score_rows(
                     await write({"id": row_id, "line": lineno, "error": f"{type(exc).__name__}: {exc}"})
                     counts["bad"] += 1
                     return
-            earlier = prev.get("usage") if kept and isinstance(prev.get("usage"), dict) else {}
+            prev_usage = prev.get("usage")
+            earlier: dict[str, Any] = prev_usage if kept and isinstance(prev_usage, dict) else {}
             total = JudgeUsage(**{k: v for k, v in earlier.items() if k in JudgeUsage.__dataclass_fields__})
             for r in results:
                 total.add(r.usage)
@@ -331,7 +332,7 @@ async def _score_rows(
 def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per-metric mean/count/skipped/errors over the output file (last line per id)."""
     entries = load_done(out)
-    stats = {m: {"metric": m, "values": [], "skipped": 0, "errors": 0} for m in metrics}
+    stats: dict[str, dict[str, Any]] = {m: {"metric": m, "values": [], "skipped": 0, "errors": 0} for m in metrics}
     totals: dict[str, Any] = {
         "rows": 0,
         "bad_rows": 0,

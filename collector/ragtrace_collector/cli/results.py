@@ -129,8 +129,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         finally:
             store.close()
         if args.json:
-            for row in summary:
-                out.write(json_line(row) + "\n")
+            for metric_summary in summary:
+                out.write(json_line(metric_summary) + "\n")
         else:
             print_summary(summary, out)
         return 0

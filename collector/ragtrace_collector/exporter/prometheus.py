@@ -21,27 +21,40 @@ Names (Grafana dashboards and alert rules are written against these):
 * ``ragtrace_records_scored_total{pipeline}`` — records whose results were recorded;
   ``ragtrace_records_released_total{reason}`` — records handed back to the queue unscored
   (``judge_unavailable``, ``shutdown``, ``error``: scoring raised unexpectedly, retried later).
+* ``ragtrace_judge_unavailable_total{judge,reason}`` — records sent back to the queue because the judge
+  could not be used, by cause: ``credentials`` | ``permission`` | ``config`` need an operator (alert on
+  them), ``rate_limit`` | ``timeout`` | ``connection`` | ``server`` | ``unavailable`` usually pass.
 * ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
   ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
 Labels come from bounded sets only: metric names from config, judge names, and pipeline names, which
-come from the traffic and so keep at most ``max_pipelines`` distinct values (later ones are ``other``).
+come from the traffic and so keep at most ``max_pipelines`` distinct values (later ones are ``other``);
+the families labelled by pipeline are label sets (:class:`~ragtrace_collector.telemetry.labels.LabelSet`)
+each within ``limits.max_series_per_label_set`` series, idle combinations expiring.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.queue.base import RecordQueue
-from ragtrace_collector.telemetry.ingest import UNKNOWN, BoundedLabel  # noqa: F401 (UNKNOWN re-exported)
+from ragtrace_collector.telemetry.labels import (  # noqa: F401 (UNKNOWN re-exported)
+    UNKNOWN,
+    BoundedLabel,
+    LabelSet,
+    Member,
+    series_overflow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +115,17 @@ class EvalMetrics:
     twice in one registry is an error).
     """
 
-    def __init__(self, registry: CollectorRegistry, max_pipelines: int = 50) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        max_pipelines: int = 50,
+        limits: LimitsConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
-        self.pipeline_label = BoundedLabel(max_pipelines)
+        self.clock = clock
+        limits = limits if limits is not None else LimitsConfig()
+        self.pipeline_label = BoundedLabel(max_pipelines, limits.label_idle_seconds, self._now)
         self.eval_score = Histogram(
             "ragtrace_eval_score",
             "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",
@@ -181,6 +202,36 @@ class EvalMetrics:
             ["reason"],
             registry=registry,
         )
+        self.judge_outages = Counter(
+            "ragtrace_judge_unavailable",
+            "Records sent back to the queue because the judge could not be used, by cause (credentials, "
+            "permission, config: fix the judge settings; rate_limit, timeout, connection, server, unavailable).",
+            ["judge", "reason"],
+            registry=registry,
+        )
+        # the families labelled by the traffic's pipeline names, each set bounded in series as a product
+        overflow = series_overflow(registry)
+
+        def label_set(members: list[Member], labels: tuple[BoundedLabel | None, ...]) -> LabelSet:
+            return LabelSet(
+                members,
+                labels,
+                max_series=limits.max_series_per_label_set,
+                idle_seconds=limits.label_idle_seconds,
+                overflow=overflow,
+                clock=self._now,
+            )
+
+        one: tuple[tuple[str, ...], ...] = ((),)
+        pipeline = self.pipeline_label
+        self._scores = label_set(
+            [(self.eval_score, one), (self.eval_weight, one), (self.eval_weighted_score, one)], (None, pipeline, None)
+        )
+        self._latency = label_set([(self.eval_latency, one)], (pipeline,))
+        self._scored = label_set([(self.records_scored, one)], (pipeline,))
+
+    def _now(self) -> float:
+        return self.clock()
 
     # -- recording ----------------------------------------------------------------------------
     def observe_results(
@@ -192,7 +243,7 @@ class EvalMetrics:
         already stored, are not counted again.
         """
         counted = 0
-        pipeline = self.pipeline_label(record.pipeline)
+        pipeline = record.pipeline
         for i, result in enumerate(results):
             if new is not None and not new[i]:
                 continue
@@ -204,19 +255,22 @@ class EvalMetrics:
             if result.status == "error" and not result.retryable:
                 self.judge_errors.labels(judge, "failed").inc()
         if counted:
-            self.records_scored.labels(pipeline).inc()
+            self._scored.children(pipeline)[0].inc()
         return counted
 
-    def _observe_score(self, record: RagRecord, result: MetricResult, pipeline: str, judge: str) -> None:
+    def _observe_score(self, record: RagRecord, result: MetricResult, pipeline: str | None, judge: str) -> None:
+        score = result.score
+        assert score is not None, "only scored results are observed"
         exemplar = {"trace_id": record.trace_id} if record.trace_id else None
         if not _is_quality_score(result.metric):
-            self.eval_latency.labels(pipeline).observe(result.score, exemplar=exemplar)
+            self._latency.children(pipeline)[0].observe(score, exemplar=exemplar)
             return
-        self.eval_score.labels(result.metric, pipeline, judge).observe(result.score, exemplar=exemplar)
+        labels = self._scores.labels(result.metric, pipeline, judge)
+        self.eval_score.labels(*labels).observe(score, exemplar=exemplar)
         weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
-        self.eval_weight.labels(result.metric, pipeline, judge).inc(weight)
-        if result.score > 0:  # counters only go up; a score of 0 adds nothing anyway
-            self.eval_weighted_score.labels(result.metric, pipeline, judge).inc(weight * result.score)
+        self.eval_weight.labels(*labels).inc(weight)
+        if score > 0:  # counters only go up; a score of 0 adds nothing anyway
+            self.eval_weighted_score.labels(*labels).inc(weight * score)
 
     def observe_usage(self, judge: str, result: MetricResult) -> None:
         usage = result.usage
@@ -242,16 +296,17 @@ class EvalMetrics:
     def record_released(self, reason: str) -> None:
         self.records_released.labels(reason).inc()
 
-    def judge_unavailable(self, judge: str) -> None:
+    def judge_unavailable(self, judge: str, reason: str = "unavailable") -> None:
         self.judge_errors.labels(judge, "unavailable").inc()
         self.records_released.labels("judge_unavailable").inc()
+        self.judge_outages.labels(judge, reason).inc()
 
 
-def eval_metrics_for(registry: CollectorRegistry) -> EvalMetrics:
-    """The one :class:`EvalMetrics` of this registry, created on first use."""
+def eval_metrics_for(registry: CollectorRegistry, limits: LimitsConfig | None = None) -> EvalMetrics:
+    """The one :class:`EvalMetrics` of this registry, created on first use (with ``limits``)."""
     metrics = _by_registry.get(registry)
     if metrics is None:
-        metrics = _by_registry[registry] = EvalMetrics(registry)
+        metrics = _by_registry[registry] = EvalMetrics(registry, limits=limits)
     return metrics
 
 

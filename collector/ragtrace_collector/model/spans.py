@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 STATUS_ERROR = 2  # OTLP Status.code of a span that failed
+# Key under which the receivers keep a span event's own timestamp (unix ns) in its attributes dict: the
+# conventions read first-token times from events (peer conventions issue); no OTel attribute has this name.
+EVENT_TIME = "@time_unix_nano"
 
 
 class SpanData:
@@ -55,7 +58,9 @@ class SpanData:
         self.attrs = attrs if attrs is not None else {}
         self.events = events if events is not None else []
         self.service = service
-        self.nbytes = nbytes  # approximate memory held: attribute text plus a fixed overhead
+        # Approximate Python memory held: the text of every kept field (name, status message, service,
+        # attributes, events) plus fixed overheads; what ``max_inflight_bytes`` bounds, so nothing kept is free.
+        self.nbytes = nbytes
 
     @property
     def is_root(self) -> bool:

@@ -399,10 +399,14 @@ class RedisStreamQueue(RecordQueue):
             if not ids:
                 continue
             delivered = {i["message_id"]: int(i["times_delivered"]) for i in infos}
-            for entry_id, fields in self._r.xclaim(self.stream, self.group, self.consumer, min_idle, ids):
-                if fields is None:  # deleted from the stream meanwhile (acked late)
-                    self._r.xack(self.stream, self.group, entry_id)
+            for entry in self._r.xclaim(self.stream, self.group, self.consumer, min_idle, ids):
+                assert not isinstance(entry, (bytes, str)), "XCLAIM without JUSTID replies (id, fields) pairs"
+                entry_id, fields = entry
+                if entry_id is None or fields is None:  # deleted from the stream meanwhile (acked late)
+                    if entry_id is not None:  # Redis < 7 replies a bare nil, without the id to ack
+                        self._r.xack(self.stream, self.group, entry_id)
                     continue
+                assert isinstance(entry_id, str), "connect() decodes responses"
                 out.append((entry_id, fields, delivered.get(entry_id, 1) + 1))
         return out
 
@@ -440,8 +444,9 @@ class RedisStreamQueue(RecordQueue):
                     self.reclaimed += 1
                     out.append(leased)
         if len(out) < n:
-            resp = self._r.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=n - len(out))
-            for _stream, entries in resp or []:
+            resp = self._r.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=n - len(out)) or []
+            assert isinstance(resp, list), "RESP2 replies [[stream, entries], ...] (a dict only under RESP3)"
+            for _stream, entries in resp:
                 for entry_id, fields in entries:
                     leased = self._to_leased(entry_id, fields, 1)
                     if leased is not None:
@@ -450,22 +455,28 @@ class RedisStreamQueue(RecordQueue):
 
     def _to_leased(self, entry_id: str, fields: dict | None, deliveries: int) -> Leased | None:
         try:
+            if fields is None:
+                raise ValueError("entry has no fields")
             record = RagRecord.model_validate_json(fields["r"])
             attempts = int(fields.get("a", 0)) + deliveries
             enqueued_at = float(fields.get("t", 0.0))
         except Exception as exc:  # unreadable entry: drop it rather than poison every worker
             log.error("dropping unreadable queue entry %s: %s", entry_id, exc)
             self.corrupt += 1
-            self._r.pipeline(transaction=True).xack(self.stream, self.group, entry_id).xdel(
-                self.stream, entry_id
-            ).execute()
+            pipe = self._r.pipeline(transaction=True)
+            pipe.xack(self.stream, self.group, entry_id)
+            pipe.xdel(self.stream, entry_id)
+            pipe.execute()
             return None
         with self._att_lock:
             self._attempts[entry_id] = attempts
         return Leased(receipt=entry_id, record=record, attempts=attempts, enqueued_at=enqueued_at)
 
     def ack(self, receipt: str) -> None:
-        self._r.pipeline(transaction=True).xack(self.stream, self.group, receipt).xdel(self.stream, receipt).execute()
+        pipe = self._r.pipeline(transaction=True)
+        pipe.xack(self.stream, self.group, receipt)
+        pipe.xdel(self.stream, receipt)
+        pipe.execute()
         with self._att_lock:
             self._attempts.pop(receipt, None)
 
@@ -488,7 +499,8 @@ class RedisStreamQueue(RecordQueue):
     def depth(self) -> int:
         try:
             pipe = self._r.pipeline(transaction=False)
-            pipe.xlen(self.stream).zcard(self.delayed)
+            pipe.xlen(self.stream)
+            pipe.zcard(self.delayed)
             xlen, zlen = pipe.execute()
         except UNAVAILABLE:
             xlen = zlen = 0

@@ -2,14 +2,19 @@
 
 Decoding uses the upb-backed ``opentelemetry.proto`` messages. Each span is read once; only
 attributes under the prefixes the conventions need are copied into a plain dict, everything
-heavier (record assembly) waits until the trace is complete. Spans with an invalid trace or span id
-are refused and counted, which the receivers report as an OTLP partial success.
+heavier (record assembly) waits until the trace is complete. Spans with an invalid trace, span or
+parent id, or absurd timestamps, are refused and counted by reason (a fixed set, the ``reason`` label of
+``ragtrace_spans_rejected_total``), which the receivers report as an OTLP partial success. Every kept
+field counts in ``SpanData.nbytes``, the figure ``max_inflight_bytes`` bounds: an exporter chooses which
+field is big.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ragtrace_collector.model.spans import DecodedRequest, SpanData
+from ragtrace_collector.model.spans import EVENT_TIME, DecodedRequest, SpanData
 
 # Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
 KEPT_PREFIXES: tuple[str, ...] = (
@@ -38,8 +43,9 @@ KEPT_PREFIXES: tuple[str, ...] = (
     "exception.",
     "error.",
 )
-# Events worth keeping: exceptions and the content events of OpenLIT / GenAI conventions.
-KEPT_EVENT_PREFIXES: tuple[str, ...] = ("exception", "gen_ai.")
+# Events worth keeping: exceptions, the content events of OpenLIT / GenAI conventions (OpenLLMetry's stream
+# chunks among them) and OpenInference's first-token event; each keeps its timestamp under EVENT_TIME.
+KEPT_EVENT_PREFIXES: tuple[str, ...] = ("exception", "gen_ai.", "First Token Stream Event")
 
 # Python memory a kept span costs beyond its attribute text (measured with tracemalloc on ragtrace-shaped
 # spans): the SpanData, its ids and dict, and per attribute two str headers and a dict slot.
@@ -48,10 +54,55 @@ _ATTR_OVERHEAD = 130
 _EVENT_OVERHEAD = 250  # the (name, attrs) tuple and its dict
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
+_BAD_HEX = base64.b64encode(b"\x00").decode("ascii")  # an id of the wrong length: refused, never read as absent
+
+# Timestamps beyond these are a broken clock or a hostile client; one such span would skew the duration
+# histograms' sums for good, so it is refused. A RAG request lasts seconds; clocks drift by minutes, or by
+# whole hours when a time zone is mistaken for UTC.
+MAX_SPAN_SECONDS = 24 * 3600
+MAX_FUTURE_SECONDS = 24 * 3600
+
+# Why a span was refused: the bounded ``reason`` label of ragtrace_spans_rejected_total.
+INVALID_TRACE_ID = "invalid trace id"
+INVALID_SPAN_ID = "invalid span id"
+INVALID_PARENT_ID = "invalid parent span id"
+END_BEFORE_START = "end before start"
+TOO_LONG = "span too long"
+IN_THE_FUTURE = "timestamp in the future"
+
+_MAX_ERROR_CHARS = 300  # of a parser's message in a 400 reply: enough to say what failed, never an echo of the body
+# What parsing untrusted bytes can raise (json, upb, json_format, our id rewriting): each is the client's error.
+_PARSE_ERRORS = (
+    ValueError,  # JSONDecodeError, UnicodeDecodeError, integers over Python's digit limit
+    TypeError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RuntimeError,  # RecursionError: JSON nested deeper than the interpreter's stack
+    DecodeError,
+    json_format.ParseError,
+)
 
 
 class MalformedRequest(ValueError):
     """The request body is not a valid OTLP ExportTraceServiceRequest."""
+
+    @classmethod
+    def because(cls, what: str, exc: BaseException) -> MalformedRequest:
+        """One short, clear message whatever the parser raised (parsers may quote the offending input)."""
+        if isinstance(exc, RecursionError):
+            detail = "nested too deeply"
+        else:
+            detail = str(exc) or type(exc).__name__
+            if len(detail) > _MAX_ERROR_CHARS:
+                detail = detail[:_MAX_ERROR_CHARS] + "..."
+        return cls(f"{what}: {detail}")
+
+
+def _text_bytes(text: str) -> int:
+    """Memory of a str's characters: CPython stores 1, 2 or 4 bytes a character (headers are in the overheads)."""
+    return len(text) if text.isascii() else sys.getsizeof(text)
 
 
 def any_value(v: Any) -> Any:
@@ -78,11 +129,11 @@ def _value_bytes(value: Any) -> int:
     """Estimated Python memory of a kept value beyond its holder's slot (strings by length, arrays and
     maps by their items), so large non-string values count against ``max_inflight_bytes`` too."""
     if isinstance(value, str):
-        return len(value)
+        return _text_bytes(value)
     if isinstance(value, list):
-        return 56 + sum(8 + (49 + len(v) if isinstance(v, str) else _value_bytes(v)) for v in value)
+        return 56 + sum(8 + (49 + _text_bytes(v) if isinstance(v, str) else _value_bytes(v)) for v in value)
     if isinstance(value, dict):
-        return 64 + sum(len(k) + _value_bytes(v) + _ATTR_OVERHEAD for k, v in value.items())
+        return 64 + sum(_text_bytes(k) + _value_bytes(v) + _ATTR_OVERHEAD for k, v in value.items())
     return 16
 
 
@@ -92,21 +143,27 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
     traces = out.traces
     prefixes = KEPT_PREFIXES
     accepted = 0
-    last_tid = b""
+    last_tid: bytes | None = None  # None, not b"": an empty first trace id must be checked like any other
     trace_hex = ""
     bucket: list[SpanData] = []
+    max_ns = MAX_SPAN_SECONDS * 10**9
+    horizon = time.time_ns() + MAX_FUTURE_SECONDS * 10**9
     for rs in request.resource_spans:
         service = None
+        service_bytes = 0
         for kv in rs.resource.attributes:
             if kv.key == "service.name":
                 service = kv.value.string_value or None
+                service_bytes = _text_bytes(service) if service else 0
                 break
+        # One service string is shared by this resource's spans: charged once per trace it keeps alive.
+        charged: set[str] = set()
         for ss in rs.scope_spans:
             for sp in ss.spans:
                 tid = sp.trace_id
                 if tid != last_tid:  # spans of one trace usually come together: convert its id once
                     if len(tid) != 16 or tid == _ZERO_TRACE:
-                        out.reject("invalid trace id")
+                        out.reject(INVALID_TRACE_ID)
                         continue
                     last_tid = tid
                     trace_hex = tid.hex()
@@ -115,10 +172,28 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                         bucket = traces[trace_hex] = []
                 sid = sp.span_id
                 if len(sid) != 8 or sid == _ZERO_SPAN:
-                    out.reject("invalid span id")
+                    out.reject(INVALID_SPAN_ID)
+                    continue
+                pid = sp.parent_span_id
+                if pid and len(pid) != 8:
+                    out.reject(INVALID_PARENT_ID)
+                    continue
+                start, end = sp.start_time_unix_nano, sp.end_time_unix_nano
+                if start and end and end < start:
+                    out.reject(END_BEFORE_START)
+                    continue
+                if start and end - start > max_ns:
+                    out.reject(TOO_LONG)
+                    continue
+                if start > horizon or end > horizon:
+                    out.reject(IN_THE_FUTURE)
                     continue
                 attrs: dict[str, Any] = {}
-                nbytes = _SPAN_OVERHEAD
+                name = sp.name
+                nbytes = _SPAN_OVERHEAD + _text_bytes(name)
+                if service_bytes and trace_hex not in charged:
+                    charged.add(trace_hex)
+                    nbytes += service_bytes
                 for kv in sp.attributes:
                     key = kv.key
                     if key.startswith(prefixes):
@@ -126,32 +201,50 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                         text = value.string_value  # most values are strings: skip the oneof dispatch
                         if text:
                             attrs[key] = text
-                            nbytes += len(key) + len(text) + _ATTR_OVERHEAD
+                            if key.isascii() and text.isascii():
+                                nbytes += len(key) + len(text) + _ATTR_OVERHEAD
+                            else:
+                                nbytes += _text_bytes(key) + _text_bytes(text) + _ATTR_OVERHEAD
                         else:
                             attrs[key] = kept = any_value(value)
-                            nbytes += len(key) + _value_bytes(kept) + _ATTR_OVERHEAD
+                            nbytes += _text_bytes(key) + _value_bytes(kept) + _ATTR_OVERHEAD
                 events: list[tuple[str, dict[str, Any]]] = []
+                bad_time = None
                 if len(sp.events):
                     for ev in sp.events:
-                        if ev.name.startswith(KEPT_EVENT_PREFIXES):
+                        ev_name = ev.name
+                        if ev_name.startswith(KEPT_EVENT_PREFIXES):
+                            # a kept event's time makes durations too (first token, generation end): same rules
+                            at = ev.time_unix_nano
+                            if at > horizon:
+                                bad_time = IN_THE_FUTURE
+                                break
+                            if start and at and abs(at - start) > max_ns:
+                                bad_time = TOO_LONG
+                                break
                             ev_attrs = {kv.key: any_value(kv.value) for kv in ev.attributes}
-                            events.append((ev.name, ev_attrs))
+                            ev_attrs[EVENT_TIME] = ev.time_unix_nano  # first-token times (TTFT) need it
+                            events.append((ev_name, ev_attrs))
                             # content events carry whole prompts and completions: bounded like attributes
-                            nbytes += _EVENT_OVERHEAD + len(ev.name) + _value_bytes(ev_attrs)
+                            nbytes += _EVENT_OVERHEAD + _text_bytes(ev_name) + _value_bytes(ev_attrs)
+                if bad_time is not None:
+                    out.reject(bad_time)
+                    continue
+                code: int
                 if sp.HasField("status"):
                     status = sp.status
                     code, message = status.code, status.message
+                    nbytes += _text_bytes(message)
                 else:
                     code, message = 0, ""
-                pid = sp.parent_span_id
                 bucket.append(
                     SpanData(
                         trace_hex,
                         sid.hex(),
-                        pid.hex() if pid else "",
-                        sp.name,
-                        sp.start_time_unix_nano,
-                        sp.end_time_unix_nano,
+                        pid.hex() if pid and pid != _ZERO_SPAN else "",  # an all-zero parent: no parent
+                        name,
+                        start,
+                        end,
                         code,
                         message,
                         attrs,
@@ -172,19 +265,20 @@ def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise MalformedRequest(f"not an OTLP ExportTraceServiceRequest: {exc}") from exc
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("not an OTLP ExportTraceServiceRequest", exc) from exc
     return request
 
 
 def _hex_to_b64(value: Any) -> Any:
-    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. Bad hex → empty id (refused later)."""
+    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. Bad hex → a 1-byte id, refused later
+    (never an empty one, which would read as "no parent")."""
     if not isinstance(value, str):
         return value
     try:
         raw = bytes.fromhex(value)
     except ValueError:
-        raw = b""
+        return _BAD_HEX
     return base64.b64encode(raw).decode("ascii")
 
 
@@ -206,8 +300,8 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
     """Decode an OTLP/JSON body (hex trace/span ids, as the OTLP spec requires)."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedRequest(f"invalid JSON: {exc}") from exc
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("invalid JSON", exc) from exc
     if not isinstance(data, dict):
         raise MalformedRequest("OTLP/JSON body must be an object with resourceSpans")
     try:
@@ -216,6 +310,6 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
                 _fix_ids(ss.get("spans") or [])
         request = ExportTraceServiceRequest()
         json_format.ParseDict(data, request, ignore_unknown_fields=True)
-    except (AttributeError, TypeError, json_format.ParseError) as exc:
-        raise MalformedRequest(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from exc
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("not an OTLP/JSON ExportTraceServiceRequest", exc) from exc
     return request

@@ -1,16 +1,23 @@
 """OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` on ``grpc.aio``.
 
 Same rules as the HTTP receiver: bearer token in the ``authorization`` metadata (else
-``UNAUTHENTICATED``), the size limit (``RESOURCE_EXHAUSTED`` above it: checked and counted here up to
-twice the limit, gRPC's own ``max_receive_message_length`` refuses anything larger before it reaches
-us), ``RESOURCE_EXHAUSTED`` when saturated, ``INVALID_ARGUMENT`` for
-bytes that do not decode, partial success for refused spans. The method is registered with raw-bytes
-(de)serialisers so malformed payloads reach us and are counted; decoding is the same upb parse.
+``UNAUTHENTICATED``), the size limit (``RESOURCE_EXHAUSTED`` above it), ``RESOURCE_EXHAUSTED`` when
+saturated, ``INVALID_ARGUMENT`` for bytes that do not decode, partial success for refused spans.
+
+The wire method is registered with raw-bytes (de)serialisers so malformed payloads reach us and are
+counted (decoding is the same upb parse), and as stream→unary so every call reaches the handler: gRPC's
+own ``max_receive_message_length`` (twice ours, so it bounds memory before we see a byte) refuses a bigger
+message by itself, and the handler then reads no message at all, which it counts as ``too_large``. A call
+takes an admission slot only once grpc-core has received its whole message, so a slow client holds none;
+and the message must arrive within the deadline of a full-size HTTP body (grpc-core shows no progress before
+it is whole), else ``DEADLINE_EXCEEDED``, counted as ``timeout``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -36,20 +43,27 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self.ingestor = ingestor
 
     async def _gate(self, context: grpc.aio.ServicerContext) -> bool:
+        await self._authenticate(context)
+        await self._admit(context)
+        return True
+
+    async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
         if ing.expected_authorization is not None:
-            header = None
+            header: str | None = None
             for key, value in context.invocation_metadata() or ():
                 if key == "authorization":
-                    header = value
+                    header = value if isinstance(value, str) else None  # bytes only for "-bin" keys
                     break
             if not ing.authorized(header):
                 ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+    async def _admit(self, context: grpc.aio.ServicerContext) -> None:
+        ing = self.ingestor
         if not ing.admit():
             ing.count(TRANSPORT, outcomes.OVERLOADED)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "collector saturated, retry later")
-        return True
 
     def _respond(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         decoded = self.ingestor.ingest(request, TRANSPORT)
@@ -66,9 +80,25 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         finally:
             self.ingestor.done()
 
-    async def ExportBytes(self, body: bytes, context) -> bytes:
+    async def ExportBytes(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        """One unary Export, read with ``context.read()`` (see the module docstring for why stream→unary)."""
         ing = self.ingestor
-        await self._gate(context)
+        await self._authenticate(context)
+        deadline = ing.body_deadline(0.0, ing.max_request_bytes)
+        try:
+            body = await asyncio.wait_for(context.read(), deadline)
+        except asyncio.TimeoutError:
+            ing.count(TRANSPORT, outcomes.TIMEOUT)
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received in {deadline:g} s")
+        except asyncio.CancelledError:  # the client went away (or its deadline passed) mid-message
+            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            raise
+        if not isinstance(body, bytes):  # EOF: grpc-core refused the message (over its limit), or none was sent
+            ing.count(TRANSPORT, outcomes.TOO_LARGE)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"request message missing or over {ing.max_request_bytes} bytes"
+            )
+        await self._admit(context)
         try:
             if len(body) > ing.max_request_bytes:
                 ing.count(TRANSPORT, outcomes.TOO_LARGE)
@@ -109,7 +139,7 @@ class OtlpGrpcReceiver:
         )
         handler = grpc.method_handlers_generic_handler(
             SERVICE,
-            {"Export": grpc.unary_unary_rpc_method_handler(self.service.ExportBytes)},
+            {"Export": grpc.stream_unary_rpc_method_handler(self.service.ExportBytes)},
         )
         self.server.add_generic_rpc_handlers((handler,))
         try:

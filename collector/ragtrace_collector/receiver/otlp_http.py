@@ -2,8 +2,13 @@
 
 Replies follow the OTLP/HTTP spec: 200 with an ``ExportTraceServiceResponse`` in the request's encoding
 (with ``partial_success`` when spans were refused); 400 for bodies that do not decode; 401 without the
-configured bearer token; 413 above the size limit; 415 for other content types; 503 with ``Retry-After``
-when saturated. Error bodies are ``google.rpc.Status`` in the request's encoding.
+configured bearer token; 408 for a body that arrives too slowly; 413 above the size limit; 415 for other
+content types; 503 with ``Retry-After`` when saturated. Error bodies are ``google.rpc.Status`` in the
+request's encoding.
+
+Slow clients: a connection that has not sent a whole request head within ``read_timeout`` (or sits idle
+that long between requests) is closed by aiohttp (its ``keepalive_timeout`` runs from the connection's
+start); a body is read under :meth:`Ingestor.body_deadline` and admitted only once it is complete.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ TRANSPORT = "http"
 
 # google.rpc.Code values used in Status bodies
 _INVALID_ARGUMENT = 3
+_DEADLINE_EXCEEDED = 4
 _RESOURCE_EXHAUSTED = 8
 _UNAUTHENTICATED = 16
 _UNAVAILABLE = 14
@@ -41,6 +47,48 @@ _INTERNAL = 13
 
 class _TooLarge(Exception):
     pass
+
+
+class _TooSlow(Exception):
+    pass
+
+
+class _NoRoom(Exception):
+    pass
+
+
+class _Body:
+    """One request body read under the ingestor's deadline and byte budget; :meth:`release` returns the bytes."""
+
+    def __init__(self, ingestor: Ingestor) -> None:
+        self.ingestor = ingestor
+        self.reserved = 0
+
+    async def read(self, request: web.Request) -> bytes:
+        ing = self.ingestor
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        chunks: list[bytes] = []
+        while True:
+            remaining = ing.body_deadline(started, self.reserved) - loop.time()
+            if remaining <= 0:
+                raise _TooSlow()
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), remaining)
+            except asyncio.TimeoutError:
+                raise _TooSlow() from None
+            if not chunk:
+                return b"".join(chunks)
+            if self.reserved + len(chunk) > ing.max_request_bytes:
+                raise _TooLarge()
+            if not ing.reserve(len(chunk)):
+                raise _NoRoom()
+            self.reserved += len(chunk)
+            chunks.append(chunk)
+
+    def release(self) -> None:
+        self.ingestor.release(self.reserved)
+        self.reserved = 0
 
 
 def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
@@ -92,7 +140,7 @@ class OtlpHttpReceiver:
     def __init__(self, ingestor: Ingestor, ready: Callable[[], bool] = lambda: True) -> None:
         self.ingestor = ingestor
         self.ready = ready
-        self.app = web.Application(client_max_size=ingestor.max_request_bytes)
+        self.app = web.Application(client_max_size=ingestor.max_request_bytes)  # (bodies are read by _Body)
         self.app.router.add_post(TRACES_PATH, self.handle_traces)
         self.app.router.add_get("/healthz", self.handle_health)
         self.app.router.add_get("/readyz", self.handle_ready)
@@ -101,8 +149,15 @@ class OtlpHttpReceiver:
 
     async def start(self, host: str, port: int) -> int:
         # Bodies are decompressed here, not by aiohttp, so a broken or oversized gzip stream gets a 400/413
-        # reply (and is counted) instead of a dropped connection.
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, auto_decompress=False)
+        # reply (and is counted) instead of a dropped connection. keepalive_timeout is aiohttp's only clock on
+        # a connection with no request in progress: it closes one that sends no (or half a) request head.
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            auto_decompress=False,
+            keepalive_timeout=self.ingestor.read_timeout,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=1024, reuse_address=True)
         await site.start()
@@ -140,58 +195,89 @@ class OtlpHttpReceiver:
             return _reply(
                 reply_type, 413, _RESOURCE_EXHAUSTED, f"request of {length} bytes exceeds {ing.max_request_bytes}"
             )
-        if not ing.admit():
-            ing.count(TRANSPORT, outcomes.OVERLOADED)
-            return _reply(
-                reply_type,
-                503,
-                _UNAVAILABLE,
-                "collector saturated, retry later",
-                {"Retry-After": str(ing.retry_after_seconds)},
-            )
+        if ing.saturated():  # refuse before reading: no body is buffered only to be dropped
+            return self._overloaded(reply_type)
+        body = _Body(ing)
         try:
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                ing.count(TRANSPORT, outcomes.TOO_LARGE)
-                return _reply(reply_type, 413, _RESOURCE_EXHAUSTED, f"request exceeds {ing.max_request_bytes} bytes")
-            except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError) as exc:
-                ing.count(TRANSPORT, outcomes.TRUNCATED)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return _reply(reply_type, 400, _INVALID_ARGUMENT, f"request body incomplete: {exc}")
-            except Exception as exc:  # aiohttp payload errors: bad gzip, broken chunking, short body
-                ing.count(TRANSPORT, outcomes.TRUNCATED)
-                return _reply(reply_type, 400, _INVALID_ARGUMENT, f"unreadable request body: {exc}")
-            encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-            if encoding in ("gzip", "x-gzip", "deflate"):
-                try:
-                    body = _decompress(body, encoding, ing.max_request_bytes)
-                except _TooLarge:
-                    ing.count(TRANSPORT, outcomes.TOO_LARGE)
-                    return _reply(
-                        reply_type,
-                        413,
-                        _RESOURCE_EXHAUSTED,
-                        f"decompressed request exceeds {ing.max_request_bytes} bytes",
-                    )
-                except zlib.error as exc:
-                    ing.count(TRANSPORT, outcomes.MALFORMED)
-                    return _reply(reply_type, 400, _INVALID_ARGUMENT, f"invalid {encoding} body: {exc}")
-            elif encoding not in ("identity", ""):
-                ing.count(TRANSPORT, outcomes.UNSUPPORTED)
-                return _reply(reply_type, 415, _INVALID_ARGUMENT, f"unsupported content encoding {encoding!r}")
-            try:
-                message = parse_json(body) if content_type == JSON else parse_protobuf(body)
-            except MalformedRequest as exc:
-                ing.count(TRANSPORT, outcomes.MALFORMED)
-                return _reply(reply_type, 400, _INVALID_ARGUMENT, str(exc))
-            try:
-                decoded = ing.ingest(message, TRANSPORT)
-            except Exception:
-                log.exception("failed to ingest an OTLP/HTTP request")
-                ing.count(TRANSPORT, outcomes.INTERNAL)
-                return _reply(reply_type, 500, _INTERNAL, "internal error while ingesting spans")
-            return _success(reply_type, decoded)
+            return await self._receive(request, reply_type, body)
+        finally:
+            body.release()
+
+    def _overloaded(self, reply_type: str) -> web.Response:
+        ing = self.ingestor
+        ing.count(TRANSPORT, outcomes.OVERLOADED)
+        return _reply(
+            reply_type,
+            503,
+            _UNAVAILABLE,
+            "collector saturated, retry later",
+            {"Retry-After": str(ing.retry_after_seconds)},
+        )
+
+    async def _receive(self, request: web.Request, reply_type: str, received: _Body) -> web.Response:
+        ing = self.ingestor
+        try:
+            body = await received.read(request)
+        except _TooSlow:
+            ing.count(TRANSPORT, outcomes.TIMEOUT)
+            response = _reply(
+                reply_type,
+                408,
+                _DEADLINE_EXCEEDED,
+                f"request body slower than {ing.min_body_rate} bytes/s after {ing.read_timeout:g} s",
+            )
+            response.force_close()  # the rest of a slow body is not worth waiting for
+            return response
+        except _TooLarge:
+            ing.count(TRANSPORT, outcomes.TOO_LARGE)
+            return _reply(reply_type, 413, _RESOURCE_EXHAUSTED, f"request exceeds {ing.max_request_bytes} bytes")
+        except _NoRoom:
+            return self._overloaded(reply_type)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError) as exc:
+            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return _reply(reply_type, 400, _INVALID_ARGUMENT, f"request body incomplete: {exc}")
+        except Exception as exc:  # aiohttp payload errors: broken chunking, short body
+            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            return _reply(reply_type, 400, _INVALID_ARGUMENT, f"unreadable request body: {exc}")
+        if not ing.admit():  # only a whole body takes a slot: a slow client never holds one
+            return self._overloaded(reply_type)
+        try:
+            return self._decode(request, reply_type, body)
         finally:
             ing.done()
+
+    def _decode(self, request: web.Request, reply_type: str, body: bytes) -> web.Response:
+        ing = self.ingestor
+        content_type = request.content_type
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            try:
+                body = _decompress(body, encoding, ing.max_request_bytes)
+            except _TooLarge:
+                ing.count(TRANSPORT, outcomes.TOO_LARGE)
+                return _reply(
+                    reply_type,
+                    413,
+                    _RESOURCE_EXHAUSTED,
+                    f"decompressed request exceeds {ing.max_request_bytes} bytes",
+                )
+            except zlib.error as exc:
+                ing.count(TRANSPORT, outcomes.MALFORMED)
+                return _reply(reply_type, 400, _INVALID_ARGUMENT, f"invalid {encoding} body: {exc}")
+        elif encoding not in ("identity", ""):
+            ing.count(TRANSPORT, outcomes.UNSUPPORTED)
+            return _reply(reply_type, 415, _INVALID_ARGUMENT, f"unsupported content encoding {encoding!r}")
+        try:
+            message = parse_json(body) if content_type == JSON else parse_protobuf(body)
+        except MalformedRequest as exc:
+            ing.count(TRANSPORT, outcomes.MALFORMED)
+            return _reply(reply_type, 400, _INVALID_ARGUMENT, str(exc))
+        try:
+            decoded = ing.ingest(message, TRANSPORT)
+        except Exception:
+            log.exception("failed to ingest an OTLP/HTTP request")
+            ing.count(TRANSPORT, outcomes.INTERNAL)
+            return _reply(reply_type, 500, _INTERNAL, "internal error while ingesting spans")
+        return _success(reply_type, decoded)

@@ -12,7 +12,11 @@ Contract for implementations:
 * A judge that tried and failed (timeouts, 429 after retries, unparseable replies after the
   repair attempt) raises :class:`JudgeError`. ``retryable=True`` means the failure is the
   judge's availability (the collector keeps the record queued and backs off), ``False`` means
-  this input cannot be judged (the record's result is an error).
+  this input cannot be judged (the record's result is an error). A judge that refuses our
+  credentials or configuration is unavailable too (``reason`` says which), so fixing the key or
+  the endpoint scores the backlog instead of finding it stored as errors. Implementations report
+  each availability failure with :func:`report_unavailable`, so the worker can name its cause
+  (:func:`unavailable_scope`) even though metrics turn the exception into a result.
 * Calls, tokens and cost are reported with :func:`record_usage`, which adds them to every
   :func:`usage_scope` open in the current context; the engine opens one per metric.
 * Returned lists are aligned with their inputs (one verdict per claim, one flag per chunk).
@@ -30,17 +34,25 @@ from ragtrace_collector.model.result import JudgeUsage
 
 Verdict = Literal["yes", "no", "idk"]
 
+# Why a judge is unavailable (a bounded label): the first three need an operator (the key, the
+# model's access, the judge settings), the others pass by themselves.
+UnavailableReason = Literal[
+    "credentials", "permission", "config", "rate_limit", "timeout", "connection", "server", "unavailable"
+]
+
 
 class JudgeUnsupported(Exception):
     """This judge cannot make this kind of decision; the metric is skipped with the message."""
 
 
 class JudgeError(Exception):
-    """The judge failed to decide. ``retryable`` marks availability failures (outage, 429, timeout)."""
+    """The judge failed to decide. ``retryable`` marks availability failures (outage, 429, timeout,
+    refused credentials or configuration); ``reason`` is then why, as a bounded label."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = False, reason: UnavailableReason | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.reason: UnavailableReason | None = (reason or "unavailable") if retryable else None
 
 
 _scopes: contextvars.ContextVar[tuple[JudgeUsage, ...]] = contextvars.ContextVar(
@@ -71,6 +83,30 @@ def record_usage(
     delta = JudgeUsage(calls, prompt_tokens, completion_tokens, cost_usd, cache_hits, errors)
     for scope in _scopes.get():
         scope.add(delta)
+
+
+_unavailable: contextvars.ContextVar[list[JudgeError] | None] = contextvars.ContextVar(
+    "ragtrace_judge_unavailable", default=None
+)
+
+
+@contextlib.contextmanager
+def unavailable_scope() -> Iterator[list[JudgeError]]:
+    """Collect the availability failures judge calls report inside this block (the worker's view of
+    why a record waits: metrics keep only a message and ``retryable`` in their results)."""
+    seen: list[JudgeError] = []
+    token = _unavailable.set(seen)
+    try:
+        yield seen
+    finally:
+        _unavailable.reset(token)
+
+
+def report_unavailable(error: JudgeError) -> None:
+    """Tell the innermost open :func:`unavailable_scope` why the judge could not be used."""
+    seen = _unavailable.get()
+    if seen is not None and error.retryable:
+        seen.append(error)
 
 
 # --- decision types --------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 SYSTEM = (
     "You are an evaluation function in an automated scoring pipeline. The user message holds DATA inside "
@@ -83,6 +83,20 @@ class _Lenient(BaseModel):
     model_config = {"extra": "ignore"}
 
 
+REASON_MAX_CHARS = 1000  # prompts ask for ~12 words; a reason is stored with every result and event
+
+
+def _capped(text: str) -> str:
+    """Cut a judge's free-text reason: it is stored and exported with each result, so a judge that
+    rambles (or is made to) must not make us keep megabytes; the marker says it was cut."""
+    if len(text) <= REASON_MAX_CHARS:
+        return text
+    return f"{text[:REASON_MAX_CHARS]}… [truncated {len(text) - REASON_MAX_CHARS} characters]"
+
+
+Reason = Annotated[str, AfterValidator(_capped)]
+
+
 def _positional_ids(items: Any) -> Any:
     """Items given in order without ``id`` get their 1-based position (models often drop ids)."""
     if (
@@ -119,7 +133,7 @@ class ClaimsReply(_Lenient):
 class VerdictItem(_Lenient):
     id: int
     verdict: Literal["yes", "no", "idk"]
-    reason: str = ""
+    reason: Reason = ""
 
     @field_validator("verdict", mode="before")
     @classmethod
@@ -162,7 +176,7 @@ class QuestionsReply(_Lenient):
 class UsefulItem(_Lenient):
     id: int
     useful: bool
-    reason: str = ""
+    reason: Reason = ""
 
     @field_validator("useful", mode="before")
     @classmethod
@@ -186,7 +200,7 @@ class SentencesReply(_Lenient):
 class AttributionItem(_Lenient):
     statement: str
     attributed: Literal["yes", "no", "idk"]
-    reason: str = ""
+    reason: Reason = ""
 
     @field_validator("attributed", mode="before")
     @classmethod
@@ -214,7 +228,7 @@ class IntentionsReply(_Lenient):
 
 class SafetyReply(_Lenient):
     unsafe: bool
-    reason: str = ""
+    reason: Reason = ""
 
     @field_validator("unsafe", mode="before")
     @classmethod
@@ -228,7 +242,7 @@ class StepsReply(_Lenient):
 
 class ScoreReply(_Lenient):
     score: float
-    reason: str = ""
+    reason: Reason = ""
 
 
 class ChoiceReply(_Lenient):

@@ -12,7 +12,10 @@ Flow for one leased record:
 4. the record is acked — unless a metric failed because the judge was *unavailable*
    (``JudgeError(retryable=True)`` or a result with ``retryable``): then what did score is kept,
    the record is released back to the queue with a delay, and the whole worker backs off
-   (exponentially, reset by the next success) instead of hammering a judge that is down.
+   (exponentially, reset by the next success) instead of hammering a judge that is down. While it
+   is down one record at a time probes it, so a refused key or a wrong model (which no retry fixes:
+   the judge reports them as unavailable, not as verdicts) costs one request per backoff window, not
+   the backlog; ``judge_unavailable{reason}`` counts each release and one warning names the cause.
 
 While a record is being scored its lease is renewed (``RecordQueue.extend``), so a slow
 judge does not get it redelivered mid-scoring. A record whose scoring raises something unexpected is released and retried; after
@@ -36,7 +39,7 @@ from typing import Any, Protocol
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
-from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeUnsupported
+from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeUnsupported, unavailable_scope
 from ragtrace_collector.scoring.options import ScoringOptions
 from ragtrace_collector.scoring.results_store import ResultsStore
 
@@ -48,8 +51,8 @@ Evaluate = Callable[[RagRecord, Sequence[str], Judge, Any], Awaitable[list[Metri
 class ScoringObserver(Protocol):
     """What the worker reports (implemented by :class:`ragtrace_collector.exporter.prometheus.EvalMetrics`)."""
 
-    def observe_results(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None:
-        """Results recorded for the first time (each is counted once, cluster-wide)."""
+    def observe_results(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> object:
+        """Results recorded for the first time (each is counted once, cluster-wide); what it returns is unused."""
 
     def observe_judge_latency(self, judge: str, seconds: float) -> None:
         """One judge decision took ``seconds``."""
@@ -57,8 +60,9 @@ class ScoringObserver(Protocol):
     def judge_registered(self, judge: str) -> None:
         """A judge is in use (its series exist from the start, at zero)."""
 
-    def judge_unavailable(self, judge: str) -> None:
-        """The judge could not be reached; a record went back to the queue."""
+    def judge_unavailable(self, judge: str, reason: str = "unavailable") -> None:
+        """The judge could not be used (``reason``: :data:`~ragtrace_collector.scoring.judge.UnavailableReason`);
+        a record went back to the queue."""
 
     def record_released(self, reason: str) -> None:
         """A record went back to the queue unscored, for ``reason``."""
@@ -70,7 +74,7 @@ class ResultSink(Protocol):
     ``emit`` must not block for long (sinks buffer); ``shutdown`` flushes within its own bound.
     """
 
-    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None: ...
+    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> object: ...
 
     def shutdown(self) -> None: ...
 
@@ -100,6 +104,11 @@ class _Backoff:
 
     def remaining(self) -> float:
         return max(0.0, self.until - time.monotonic())
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last judge outage has not yet been followed by a success."""
+        return self.current > 0.0
 
 
 class TimedJudge(Judge):
@@ -190,6 +199,7 @@ class ScoringWorker:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
+        self._outage: str | None = None  # the cause last logged for the current judge outage
         self.closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -201,7 +211,8 @@ class ScoringWorker:
             if wait > 0:
                 await self._sleep(wait)
                 continue
-            free = self.concurrency - len(self._inflight)
+            # while the judge is unavailable a single record probes it; full concurrency after a success
+            free = (1 if self.backoff.failing else self.concurrency) - len(self._inflight)
             if free <= 0:
                 await self._sleep(self.poll_interval)
                 continue
@@ -305,8 +316,10 @@ class ScoringWorker:
                 await asyncio.to_thread(self.queue.ack, item.receipt)
             return
         heartbeat = self._heartbeat(item)
+        causes: list[JudgeError] = []
         try:
-            results = list(await self.evaluate(record, todo, self.judge, self.options))
+            with unavailable_scope() as causes:
+                results = list(await self.evaluate(record, todo, self.judge, self.options))
         except JudgeError as exc:
             if exc.retryable:
                 await self._judge_unavailable(item, exc)
@@ -328,15 +341,27 @@ class ScoringWorker:
         # Recording is not cancellable: once results are being stored, shutdown waits for the
         # store, the metrics and the ack to happen together (a cancelled store-then-publish
         # would leave stored rows that never reached the metrics).
-        await self._committed(item, results, uncounted)
+        await self._committed(item, results, uncounted, causes)
 
-    async def _committed(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult]) -> None:
-        commit = asyncio.ensure_future(self._commit(item, results, uncounted))
+    async def _committed(
+        self,
+        item: Leased,
+        results: list[MetricResult],
+        uncounted: Sequence[MetricResult],
+        causes: Sequence[JudgeError] = (),
+    ) -> None:
+        commit = asyncio.ensure_future(self._commit(item, results, uncounted, causes))
         self._commits.add(commit)
         commit.add_done_callback(self._commits.discard)
         await asyncio.shield(commit)
 
-    async def _commit(self, item: Leased, results: list[MetricResult], uncounted: list[MetricResult] = ()) -> None:
+    async def _commit(
+        self,
+        item: Leased,
+        results: list[MetricResult],
+        uncounted: Sequence[MetricResult] = (),
+        causes: Sequence[JudgeError] = (),
+    ) -> None:
         record = item.record
         waiting = [r for r in results if r.status == "error" and r.retryable]
         final = [r for r in results if not (r.status == "error" and r.retryable)]
@@ -348,8 +373,11 @@ class ScoringWorker:
         if new:  # one publication per delivery: the record counts once in records_scored and the budget
             self._publish(record, list(uncounted) + final, new)
         if waiting:
-            await self._judge_unavailable(item, JudgeError(waiting[0].reason or "judge unavailable", retryable=True))
+            await self._judge_unavailable(item, _cause(causes, waiting[0]))
             return
+        if self._outage is not None:
+            log.info("judge %s answers again: scoring resumes", self.judge_name)
+            self._outage = None
         self.backoff.succeeded()
         await asyncio.to_thread(self.queue.ack, item.receipt)
 
@@ -389,7 +417,7 @@ class ScoringWorker:
         done |= {m for m in wanted if m not in done and marks.owner_of(key, m) is not None}
         return done, uncounted
 
-    def _claim(self, key: str, results: list[MetricResult]) -> list[bool]:
+    def _claim(self, key: str, results: Sequence[MetricResult]) -> list[bool]:
         """Mark stored results as counted; ``True`` where this worker is the one to count them."""
         assert isinstance(self.queue, SharedQueue)  # only stored-but-unmarked results of a shared queue get here
         marks = self.queue.scored_marks
@@ -423,17 +451,28 @@ class ScoringWorker:
             except Exception as exc:  # events are best effort; the result is already recorded
                 log.warning("evaluation events not sent: %s", exc)
 
-    async def _judge_unavailable(self, item: Leased, exc: BaseException) -> None:
+    async def _judge_unavailable(self, item: Leased, exc: JudgeError) -> None:
+        """Pause scoring and put the record back; one warning per outage (or change of cause) names it.
+
+        The record waits two pauses, so the next probe is another record: one record the judge keeps
+        refusing cannot pass for an outage for ever (the judge tells that case apart once it has
+        answered others)."""
+        reason = exc.reason or "unavailable"
         delay = self.backoff.failed()
-        log.warning(
-            "judge %s unavailable (%s); record %s back in the queue for %.1fs",
-            self.judge_name,
-            exc,
-            item.record.key,
-            delay,
-        )
-        self.metrics.judge_unavailable(self.judge_name)
-        await self._release(item, delay, None)
+        if self._outage != reason:
+            self._outage = reason
+            log.warning(
+                "judge unavailable (%s): %s; records wait in the queue, scoring paused (next try in %.1fs)",
+                reason,
+                exc,
+                delay,
+            )
+        else:
+            log.debug(
+                "judge %s unavailable (%s); record %s back in the queue", self.judge_name, reason, item.record.key
+            )
+        self.metrics.judge_unavailable(self.judge_name, reason)
+        await self._release(item, 2 * delay, None)
 
     async def _release(self, item: Leased, delay: float, reason: str | None) -> None:
         try:
@@ -442,6 +481,17 @@ class ScoringWorker:
             log.warning("releasing record %s failed: %s", item.record.key, exc)
         if reason is not None:
             self.metrics.record_released(reason)
+
+
+def _cause(reported: Sequence[JudgeError], waiting: MetricResult) -> JudgeError:
+    """Why a record waits: a reported failure that needs an operator first (it will not pass by
+    itself), else the first reported one, else the waiting result's own message."""
+    for error in reported:
+        if error.reason in ("credentials", "permission", "config"):
+            return error
+    if reported:
+        return reported[0]
+    return JudgeError(waiting.reason or "judge unavailable", retryable=True)
 
 
 def _stored_result(row: Any) -> MetricResult:

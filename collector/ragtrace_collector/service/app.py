@@ -21,12 +21,14 @@ from prometheus_client.exposition import choose_encoder
 
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
+from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from ragtrace_collector.processor.sweep import Sweeper
 from ragtrace_collector.queue.base import ReportsMetrics
 from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+from ragtrace_collector.scoring.worker import ScoringWorker
 from ragtrace_collector.service.scoring import build_worker
 from ragtrace_collector.telemetry.ingest import IngestMetrics
 
@@ -46,7 +48,7 @@ class CollectorApp:
     def __init__(self, config: CollectorConfig, registry: CollectorRegistry | None = None, queue=None) -> None:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = IngestMetrics(self.registry)
+        self.metrics = IngestMetrics(self.registry, limits=config.limits)
         self.queue = queue  # opened from config in start() unless given
         self._own_queue = queue is None
         self.assembler: Assembler | None = None
@@ -55,11 +57,11 @@ class CollectorApp:
         self.ingestor: Ingestor | None = None
         self.http: OtlpHttpReceiver | None = None
         self.grpc: OtlpGrpcReceiver | None = None
-        self.worker = None
+        self.worker: ScoringWorker | None = None
         self._worker_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
         self._lag_task: asyncio.Task | None = None
-        self.budget = None
+        self.budget: Budget | None = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
         self._ready = False
@@ -109,6 +111,9 @@ class CollectorApp:
                 max_request_bytes=cfg.limits.max_request_bytes,
                 retry_after_seconds=cfg.limits.retry_after_seconds,
                 max_loop_lag_seconds=cfg.limits.max_loop_lag_seconds,
+                read_timeout_seconds=cfg.limits.read_timeout_seconds,
+                min_body_bytes_per_second=cfg.limits.min_body_bytes_per_second,
+                max_receiving_bytes=cfg.limits.max_receiving_bytes,
                 pressure=self._under_pressure,
             )
             self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
@@ -128,7 +133,8 @@ class CollectorApp:
                 self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
             # each scored record's judge usage is reported to the budget (the Redis one counts admitted
             # records until their report arrives)
-            self.worker.on_usage = lambda usage, b=self.budget: b.add_judge_tokens(usage.total_tokens)
+            budget = self.budget
+            self.worker.on_usage = lambda usage: budget.add_judge_tokens(usage.total_tokens)
             self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
         if cfg.listen.metrics_port is not None:
             await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)

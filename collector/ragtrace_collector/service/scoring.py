@@ -29,7 +29,7 @@ def build_worker(
     bad = unknown_metrics(named)
     if bad:
         raise ValueError(f"unknown metric(s) in scoring config: {', '.join(sorted(set(bad)))}")
-    metrics = eval_metrics_for(registry)
+    metrics = eval_metrics_for(registry, config.limits)
     watch_queue(registry, queue)
     if judge is None:
         judge = judge_from_config(config.judge)
@@ -67,4 +67,6 @@ def judge_from_config(judge_cfg: JudgeConfig) -> Judge:
         max_retries=judge_cfg.max_retries,
         concurrency=judge_cfg.concurrency,
         embedding_model=judge_cfg.embedding_model,
+        max_tokens=judge_cfg.max_tokens,
+        max_reply_chars=judge_cfg.max_reply_chars,
     )

@@ -3,17 +3,28 @@
 Every completed record is observed here, sampled or not, with its ``trace_id`` as exemplar so a
 Grafana panel jumps from a slow bucket to the trace. Buckets follow the OTel GenAI semantic
 conventions' advisory boundaries. Label values come from the traffic (service, pipeline, model), so
-each label keeps at most a fixed number of distinct values; later ones are reported as ``other``.
+they go through :mod:`ragtrace_collector.telemetry.labels`: sanitised, each label kept to a number of
+distinct values, and the metrics sharing them bounded in series as a product (``limits``); later or idle
+ones are reported as ``other`` or expire.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.telemetry.labels import (  # noqa: F401 (OTHER, UNKNOWN re-exported)
+    OTHER,
+    UNKNOWN,
+    BoundedLabel,
+    LabelSet,
+    Member,
+    series_overflow,
+)
 
 # OTel GenAI advisory buckets (gen_ai.server.time_to_first_token, gen_ai.client.operation.duration, ...)
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -35,32 +46,6 @@ TOKEN_BUCKETS = (
     67108864,
 )
 
-OTHER = "other"
-UNKNOWN = "unknown"
-
-
-class BoundedLabel:
-    """Keeps at most ``limit`` distinct values of one label; the rest map to ``other``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, value: object) -> str:
-        if value is None or value == "":
-            return UNKNOWN
-        text = str(value)[:128]
-        if text in self._seen:
-            return text
-        with self._lock:
-            if text in self._seen:
-                return text
-            if len(self._seen) >= self.limit:
-                return OTHER
-            self._seen.add(text)
-            return text
-
 
 class IngestMetrics:
     """The ingest half's Prometheus metrics, registered on the given registry.
@@ -75,6 +60,11 @@ class IngestMetrics:
     ``ragtrace_traces_dropped_total{pipeline,reason}``, ``ragtrace_late_spans_total``,
     ``ragtrace_assembly_completed_total{reason}``, ``ragtrace_assembly_inflight_traces``,
     ``ragtrace_assembly_inflight_bytes``, ``ragtrace_records_with_error_total``.
+
+    The families labelled by the traffic form label sets (``{service,pipeline,model}``,
+    ``{service,pipeline}``, ``{pipeline,reason}`` twice), each within ``limits.max_series_per_label_set``
+    series (what overflows is counted in ``ragtrace_metric_series_overflow_total{metric}``); ``clock``
+    (swappable, like the assembler's) times their idle expiry.
     """
 
     def __init__(
@@ -83,11 +73,16 @@ class IngestMetrics:
         max_services: int = 20,
         max_pipelines: int = 50,
         max_models: int = 30,
+        limits: LimitsConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
-        self.service_label = BoundedLabel(max_services)
-        self.pipeline_label = BoundedLabel(max_pipelines)
-        self.model_label = BoundedLabel(max_models)
+        self.clock = clock
+        limits = limits if limits is not None else LimitsConfig()
+        idle = limits.label_idle_seconds
+        self.service_label = BoundedLabel(max_services, idle, self._now)
+        self.pipeline_label = BoundedLabel(max_pipelines, idle, self._now)
+        self.model_label = BoundedLabel(max_models, idle, self._now)
         spm = ("service", "pipeline", "model")
         sp = ("service", "pipeline")
 
@@ -169,7 +164,45 @@ class IngestMetrics:
         self.inflight_bytes = Gauge(
             "ragtrace_assembly_inflight_bytes", "Encoded bytes of spans waiting to complete.", registry=registry
         )
-        self._children: dict[tuple, tuple] = {}
+        overflow = series_overflow(registry)
+
+        def label_set(members: list[Member], labels: tuple[BoundedLabel | None, ...]) -> LabelSet:
+            return LabelSet(
+                members,
+                labels,
+                max_series=limits.max_series_per_label_set,
+                idle_seconds=idle,
+                overflow=overflow,
+                clock=self._now,
+            )
+
+        one: tuple[tuple[str, ...], ...] = ((),)
+        kinds: tuple[tuple[str, ...], ...] = (("input",), ("output",))
+        service, pipeline, model = self.service_label, self.pipeline_label, self.model_label
+        self._per_model = label_set(
+            [
+                (self.ttft, one),
+                (self.tpot, one),
+                (self.generation_duration, one),
+                (self.request_tokens, kinds),
+                (self.tokens, kinds),
+            ],
+            (service, pipeline, model),
+        )
+        self._per_pipeline = label_set(
+            [
+                (self.request_duration, one),
+                (self.retrieval_duration, one),
+                (self.traces_received, one),
+                (self.records_with_error, one),
+            ],
+            (service, pipeline),
+        )
+        self._sampled = label_set([(self.traces_sampled, one)], (pipeline, None))
+        self._dropped = label_set([(self.traces_dropped, one)], (pipeline, None))
+
+    def _now(self) -> float:
+        return self.clock()
 
     # --- receivers ---
     def request(self, transport: str, status: str) -> None:
@@ -194,37 +227,22 @@ class IngestMetrics:
 
     # --- sampling ---
     def sampled(self, pipeline: str | None, reason: str) -> None:
-        self.traces_sampled.labels(self.pipeline_label(pipeline), reason).inc()
+        self._sampled.children(pipeline, reason)[0].inc()
 
     def dropped(self, pipeline: str | None, reason: str) -> None:
-        self.traces_dropped.labels(self.pipeline_label(pipeline), reason).inc()
+        self._dropped.children(pipeline, reason)[0].inc()
 
     # --- every record ---
-    def _series(self, service: str, pipeline: str, model: str) -> tuple:
-        key = (service, pipeline, model)
-        children = self._children.get(key)
-        if children is None:
-            sp = (service, pipeline)
-            children = (
-                self.ttft.labels(*key),
-                self.tpot.labels(*key),
-                self.request_duration.labels(*sp),
-                self.retrieval_duration.labels(*sp),
-                self.generation_duration.labels(*key),
-                self.request_tokens.labels(*key, "input"),
-                self.request_tokens.labels(*key, "output"),
-                self.tokens.labels(*key, "input"),
-                self.tokens.labels(*key, "output"),
-                self.traces_received.labels(*sp),
-                self.records_with_error.labels(*sp),
-            )
-            self._children[key] = children
-        return children
+    def _series(self, service: str | None, pipeline: str | None, model: str | None) -> tuple:
+        """The record's children, each label set admitting (or sending to ``other``) its combination."""
+        ttft, tpot, gen, tok_in_h, tok_out_h, tok_in, tok_out = self._per_model.children(service, pipeline, model)
+        req, ret, received, errors = self._per_pipeline.children(service, pipeline)
+        return (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors)
 
     def observe_record(self, record: RagRecord) -> None:
         """Latency, tokens and counts of one assembled record, with its trace id as exemplar."""
         (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors) = self._series(
-            self.service_label(record.service), self.pipeline_label(record.pipeline), self.model_label(record.model)
+            record.service, record.pipeline, record.model
         )
         exemplar = {"trace_id": record.trace_id} if record.trace_id else None
         received.inc()

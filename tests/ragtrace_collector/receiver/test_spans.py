@@ -10,6 +10,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 
 from ragtrace_collector.receiver.decode import extract_spans
 from tests.support import span_fixtures as F
@@ -36,6 +37,20 @@ def _array_attributes(span, i):
     span.set_attribute("llm.numbers", list(range(100)))
 
 
+def _big_name(span, i):  # every kept field counts, not only attributes (a hostile exporter picks the one that doesn't)
+    span.update_name(f"n{i}-" + "x" * 100_000)
+
+
+def _big_status_message(span, i):
+    span.set_status(Status(StatusCode.ERROR, f"e{i}-" + "y" * 100_000))
+
+
+def _non_ascii_attributes(span, i):  # CPython keeps these at 2 and 4 bytes a character
+    span.set_attribute("gen_ai.prompt", f"{i} " + "\u00e9\u4e2d" * 20_000)
+    span.set_attribute("gen_ai.completion", f"{i} " + "\N{GRINNING FACE}" * 20_000)
+    span.update_name("\u8c03\u7528-" + "\u4e2d" * 5_000)
+
+
 @pytest.mark.parametrize(
     "requests",
     [
@@ -43,6 +58,13 @@ def _array_attributes(span, i):
         pytest.param(lambda: [_request(_array_attributes)], id="array-attributes"),
         pytest.param(lambda: [F.to_request(F.ragtrace_shaped())[1] for _ in range(30)], id="ragtrace"),
         pytest.param(lambda: [F.to_request(F.openlit())[1] for _ in range(30)], id="openlit"),
+        pytest.param(lambda: [_request(_big_name)], id="big-span-names"),
+        pytest.param(lambda: [_request(_big_status_message)], id="big-status-messages"),
+        pytest.param(lambda: [_request(_non_ascii_attributes)], id="non-ascii-text"),
+        pytest.param(
+            lambda: [F.to_request(F.ragtrace_shaped(), service=f"svc-{i}-" + "s" * 200_000)[1] for i in range(10)],
+            id="big-resource-attributes",
+        ),
     ],
 )
 def test_byte_estimate_tracks_python_memory(requests):

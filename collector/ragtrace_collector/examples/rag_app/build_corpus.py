@@ -101,6 +101,7 @@ def questions() -> list[dict]:
             ref = f"The atomic number of {name.lower()} is {z}."
             doc = f"{slug}-identity"
         elif kind == "discovery":
+            assert year is not None  # elements without a discovery year were given "symbol" above
             q = f"Who discovered {name.lower()} and when?"
             ref = (
                 f"{name} was discovered in {year} by {who}."

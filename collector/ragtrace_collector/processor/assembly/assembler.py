@@ -23,7 +23,11 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
-from ragtrace_collector.processor.conventions import build_record
+from ragtrace_collector.processor.conventions import build_record, is_request
+
+# Completion reason reported for a trace that is no request (an index build, a vector-store write): it makes
+# no record, and is counted under this reason instead of the way it completed.
+REASON_NO_REQUEST = "no_request"
 
 
 class AssemblyObserver(Protocol):
@@ -90,17 +94,19 @@ class Assembler:
             self.observer.late_spans(late)
 
     def completed(self, limit: int | None = None, everything: bool = False) -> list[CompletedTrace]:
-        """Traces ready to become records (evicted ones first); ``everything`` also takes in-flight ones."""
+        """Traces ready to become records (evicted ones first); ``everything`` also takes in-flight ones. Traces
+        that are no request (see ``TraceSpans.is_request``) complete too, counted, but make no record."""
         out, self._evicted = self._evicted, []
         if everything:
             out.extend(self.state.pop_all())
         else:
             out.extend(self.state.pop_due(self.clock(), limit))
+        requests = [c for c in out if is_request(c.spans)]
         if self.observer is not None:
             for c in out:
-                self.observer.trace_completed(c.reason)
+                self.observer.trace_completed(c.reason if c in requests else REASON_NO_REQUEST)
             self.observer.inflight(*self.state.inflight())
-        return out
+        return requests
 
     def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
         """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""

@@ -221,7 +221,8 @@ class RedisAssemblyState(AssemblyState):
             return local_traces, local_bytes
         try:
             pipe = self._r.pipeline(transaction=False)
-            pipe.zcard(f"{self.prefix}:asm:first").get(f"{self.prefix}:asm:total_bytes")
+            pipe.zcard(f"{self.prefix}:asm:first")
+            pipe.get(f"{self.prefix}:asm:total_bytes")
             n, b = pipe.execute()
         except UNAVAILABLE as exc:
             self._breaker.failed(exc)

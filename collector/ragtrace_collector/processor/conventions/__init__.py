@@ -5,6 +5,15 @@ once, and each function of ``extractors`` reads one aspect of the record from th
 ``documents`` and ``messages``, which each know one aspect of the peer conventions).
 """
 
+from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.conventions.extractors import is_request as _is_request
 from ragtrace_collector.processor.conventions.record_builder import build_record
+from ragtrace_collector.processor.conventions.trace_spans import classify_spans
 
-__all__ = ["build_record"]
+
+def is_request(spans: list[SpanData]) -> bool:
+    """Whether a trace's spans are a request that deserves a record (an index build is not one)."""
+    return _is_request(classify_spans(spans))
+
+
+__all__ = ["build_record", "is_request"]

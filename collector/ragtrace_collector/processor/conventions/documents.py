@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,14 @@ from ragtrace_collector.processor.conventions.values import as_float, indexed, j
 
 _CONTENT_KEYS = ("content", "page_content", "text", "document", "chunk", "body")
 _ID_KEYS = ("id", "doc_id", "node_id", "document_id", "_id")
+# A Python repr standing in for an object (``<NodeWithScore(node=TextNode(...), score=0.3)>``,
+# ``Document(page_content=...)``, ``<generator object>``): an instrumentation's placeholder, never a passage.
+_REPR = re.compile(r"^<[\w .]+(\(.*\))?>$|^[A-Z]\w*\(\w+=", re.S)
+
+
+def is_repr(text: str) -> bool:
+    """Whether ``text`` is a Python object repr rather than text (see ``_REPR``)."""
+    return bool(_REPR.match(text.strip()))
 
 
 def _flattened(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -49,7 +58,7 @@ def _from_object(item: Any) -> dict[str, Any] | None:
     if isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float)):
         item, score = item
     if isinstance(item, str):
-        return {"content": item, "id": None, "score": score, "metadata": {}}
+        return None if is_repr(item) else {"content": item, "id": None, "score": score, "metadata": {}}
     if not isinstance(item, dict):
         return None
     if isinstance(item.get("kwargs"), dict):  # LangChain serialisation {"lc": 1, "kwargs": {...}}

@@ -16,8 +16,8 @@ from typing import Any, TypedDict
 
 from ragtrace import attributes as A
 from ragtrace_collector.model.record import Context, Turn
-from ragtrace_collector.model.spans import STATUS_ERROR, SpanData
-from ragtrace_collector.processor.conventions import documents, messages
+from ragtrace_collector.model.spans import EVENT_TIME, STATUS_ERROR, SpanData
+from ragtrace_collector.processor.conventions import documents, messages, roles
 from ragtrace_collector.processor.conventions.trace_spans import TraceSpans
 from ragtrace_collector.processor.conventions.values import (
     ANSWER_KEYS,
@@ -43,6 +43,10 @@ _TAG_KEYS = (A.RAGTRACE_TAGS, A.TAG_TAGS)
 _QUERY_ATTR_KEYS = (A.INPUT_VALUE, "traceloop.entity.input")
 _ANSWER_ATTR_KEYS = (A.OUTPUT_VALUE, "traceloop.entity.output")
 _RETRIEVAL_QUERY_KEYS = (A.GEN_AI_RETRIEVAL_QUERY_TEXT, A.RERANKER_QUERY)
+_STREAM_KEYS = (A.GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming", "llm.is_streaming", "gen_ai.request.is_stream")
+# Span events whose time is the first token's: OpenInference's, and OpenLLMetry's first streamed chunk.
+_FIRST_TOKEN_EVENTS = ("First Token Stream Event", "gen_ai.content.completion.chunk")
+_DOC_OUTPUT_KEYS = ("traceloop.entity.output", A.OUTPUT_VALUE)
 
 
 class QuestionAnswer(TypedDict):
@@ -53,12 +57,12 @@ class QuestionAnswer(TypedDict):
 class GenerationFields(TypedDict):
     model: str | None
     provider: str | None
-    input_tokens: int | None  # summed over the generator spans
+    input_tokens: int | None  # summed over the model calls (nested generator spans once)
     output_tokens: int | None
     ttft_seconds: float | None
     tpot_seconds: float | None
     streamed: bool | None
-    generation_duration_seconds: float | None  # summed over the generator spans
+    generation_duration_seconds: float | None  # summed over the model calls (outermost spans)
 
 
 class RequestFields(TypedDict):
@@ -72,7 +76,7 @@ class RequestFields(TypedDict):
 
 class TimingFields(TypedDict):
     request_duration_seconds: float | None
-    retrieval_duration_seconds: float | None  # summed over the retriever spans
+    retrieval_duration_seconds: float | None  # summed over the retrieval calls (nested spans once)
     start_time_unix_nano: int | None
     end_time_unix_nano: int | None
 
@@ -88,7 +92,7 @@ def _text(attrs: Mapping[str, Any], keys: tuple[str, ...], wanted: tuple[str, ..
         value = attrs.get(key)
         if value is not None and value != "":
             text = text_of(value, wanted)
-            if text:
+            if text and not documents.is_repr(text):  # "<generator object>" is a placeholder, not the text
                 return text
     return None
 
@@ -115,8 +119,24 @@ def _summed(values: Sequence[float | None]) -> float | None:
     return total
 
 
+def _embedded_query(ts: TraceSpans) -> str | None:
+    """The text embedded to search with: the last embedding span starting before the first retrieval ended
+    (OpenLIT's vector-store spans keep only the query vector; OpenInference's embedding spans the text)."""
+    if not ts.retrievers:
+        return None
+    end = ts.retrievers[0].end
+    for s in reversed([e for e in ts.embeddings if e.start <= end]):
+        text = _text(s.attrs, (A.INPUT_VALUE,), QUERY_KEYS) or messages.last_user_message(
+            messages.input_messages(s.attrs, s.events)
+        )
+        if text:
+            return text
+    return None
+
+
 def extract_question_answer(ts: TraceSpans) -> QuestionAnswer:
-    """Question/answer: pipeline span (OpenInference, OpenLLMetry), retriever query (OTel GenAI), LLM messages (all)."""
+    """Question/answer: pipeline span (OpenInference, OpenLLMetry), retriever query (OTel GenAI), the embedded
+    search text (OpenLIT), LLM messages (all); a generator's output messages before its ``output.value``."""
     question = answer = None
     if ts.top is not None:
         question = _text(ts.top.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS)
@@ -126,32 +146,65 @@ def extract_question_answer(ts: TraceSpans) -> QuestionAnswer:
             question = first(s.attrs, _RETRIEVAL_QUERY_KEYS) or _text(s.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS)
             if question:
                 break
-    last = ts.generators[-1] if ts.generators else None
-    for s, msgs in zip(ts.generators, ts.generator_messages):
-        if answer is None and s is last:  # the answering (last) generator's output
-            text = _text(s.attrs, (A.OUTPUT_VALUE,), ANSWER_KEYS) or messages.last_assistant_message(msgs.outputs)
-            if text:
-                answer = text
-        if question is None:
+    if question is None:
+        question = _embedded_query(ts)
+    if answer is None:  # the latest generator with a completion (messages first: output.value may be prefixed)
+        for s, msgs in zip(reversed(ts.generators), reversed(ts.generator_messages)):
+            answer = messages.last_assistant_message(msgs.outputs) or _text(s.attrs, (A.OUTPUT_VALUE,), ANSWER_KEYS)
+            if answer:
+                break
+    if question is None:  # else the prompt's last user message (a stuffed template: conversation() cuts it)
+        for s, msgs in zip(ts.generators, ts.generator_messages):
             question = (
                 messages.last_user_message(msgs.inputs) if msgs.inputs else _text(s.attrs, (A.INPUT_VALUE,), QUERY_KEYS)
             )
-    if answer is None:  # else the latest generator with a completion
-        for msgs in reversed(ts.generator_messages):
-            text = messages.last_assistant_message(msgs.outputs)
-            if text:
-                answer = text
+            if question:
                 break
     return {"user_input": question, "response": answer}
 
 
+def _retrieved(ts: TraceSpans) -> list[dict[str, Any]]:
+    """Every retrieval call's documents, in start order; a call is read once, from its outermost span that has
+    documents (a LlamaIndex ``retrieve`` wrapping ``_retrieve`` is one retrieval, not two)."""
+    docs: list[dict[str, Any]] = []
+    for call in ts.calls(ts.retrievers):
+        for s in call:
+            found = documents.retrieved_documents(s.attrs)
+            if found:
+                docs.extend(found)
+                break
+    return docs
+
+
+def _fed_documents(ts: TraceSpans) -> tuple[SpanData | None, list[dict[str, Any]]]:
+    """Documents a step returned that the answering generator was given: the latest non-generator span before it
+    whose output is a document list with every passage in the generator's prompt (an OpenLLMetry ``@task`` that
+    retrieves, whatever it is named), and that span."""
+    if not ts.generators or not ts.generator_messages[-1].inputs:
+        return None, []
+    generator = ts.generators[-1]
+    prompt = "\n".join(content for _, content in ts.generator_messages[-1].inputs)
+    generated = {s.span_id for s in ts.generators}
+    for s in reversed(ts.spans):
+        if s.span_id in generated or s.start > generator.start:
+            continue
+        for key in _DOC_OUTPUT_KEYS:
+            docs = [d for d in documents.documents_from_json(s.attrs.get(key)) if d["content"].strip()]
+            if docs and all(d["content"] in prompt for d in docs):
+                return s, docs
+    return None, []
+
+
 def extract_contexts(ts: TraceSpans) -> list[Context]:
-    """Contexts: last reranker's output (OpenInference), retrievers' (OpenInference, GenAI, OpenLLMetry), SDK's."""
+    """Contexts: last reranker's output (OpenInference), retrievals (OpenInference, GenAI, OpenLLMetry), else the
+    documents a step handed the generator (OpenLLMetry tasks), else the SDK's ``ragtrace.generator.contexts``."""
     docs: list[dict[str, Any]] = []
     if ts.rerankers:
         docs = documents.reranked_documents(ts.rerankers[-1].attrs)
-    if not docs:  # else every retriever's, in start order
-        docs = [d for s in ts.retrievers for d in documents.retrieved_documents(s.attrs)]
+    if not docs:
+        docs = _retrieved(ts)
+    if not docs:
+        docs = _fed_documents(ts)[1]
     if not docs:  # else the first generator's ragtrace.generator.contexts
         for s in ts.generators:
             docs = documents.generator_contexts(s.attrs)
@@ -164,37 +217,105 @@ def extract_contexts(ts: TraceSpans) -> list[Context]:
 
 
 def extract_context_scores(ts: TraceSpans) -> list[float | None]:
-    """Context scores only (summary): last reranker's, else the retrievers' (OpenInference ``document.score``)."""
+    """Context scores only (summary): last reranker's, else each retrieval call's (OpenInference ``document.score``)."""
     scores: list[float | None] = []
     if ts.rerankers:
         scores = documents.document_scores(ts.rerankers[-1].attrs, A.RERANKER_OUTPUT_DOCUMENTS)
     if not scores:
-        for s in ts.retrievers:
-            scores.extend(documents.document_scores(s.attrs, A.RETRIEVAL_DOCUMENTS))
+        for call in ts.calls(ts.retrievers):
+            for s in call:
+                found = documents.document_scores(s.attrs, A.RETRIEVAL_DOCUMENTS)
+                if found:
+                    scores.extend(found)
+                    break
     return scores
 
 
+def _stream_flag(span: SpanData) -> bool | None:
+    """Whether the call streamed, as the span says: GenAI/OpenLLMetry/OpenLIT flags, OpenInference's invocation
+    parameters, or a first-token event (only streams have one)."""
+    a = span.attrs
+    for key in _STREAM_KEYS:
+        flag = as_bool(a.get(key))
+        if flag is not None:
+            return flag
+    params = json_dict(a.get(A.LLM_INVOCATION_PARAMETERS))
+    if "stream" in params:
+        return as_bool(params["stream"])
+    if _first_token_time(span) is not None:
+        return True
+    return None
+
+
+def _first_token_time(span: SpanData) -> int | None:
+    """Unix ns of the span's first-token event (OpenInference) or first streamed chunk event (OpenLLMetry)."""
+    times = [ev.get(EVENT_TIME) for name, ev in span.events if name in _FIRST_TOKEN_EVENTS]
+    known = [t for t in times if isinstance(t, int) and t > 0]
+    return min(known) if known else None
+
+
+def _call_generation(call: list[SpanData]) -> dict[str, Any]:
+    """One model call, written by one or more nested spans: each value from the innermost span stating it (the
+    one closest to the wire), the duration from the outermost; TTFT and TPOT only when the call streamed."""
+    inner_first = list(reversed(call))
+    out: dict[str, Any] = {}
+    for name, keys in (
+        ("model", _MODEL_KEYS),
+        ("provider", _PROVIDER_KEYS),
+        ("input_tokens", _INPUT_TOKEN_KEYS),
+        ("output_tokens", _OUTPUT_TOKEN_KEYS),
+        ("ttft", _TTFT_KEYS),
+        ("tpot", _TPOT_KEYS),
+    ):
+        out[name] = next((first(s.attrs, keys) for s in inner_first if first(s.attrs, keys) is not None), None)
+    out["streamed"] = next((f for f in map(_stream_flag, inner_first) if f is not None), None)
+    ttft = as_float(out["ttft"])
+    if ttft is None:
+        for s in inner_first:
+            t = _first_token_time(s)
+            if t is not None and s.start and t >= s.start:
+                ttft = (t - s.start) / 1e9
+                break
+    if out["streamed"] is False:  # a non-streamed call has no first token to time (OpenLIT writes one anyway)
+        ttft = None
+        out["tpot"] = None
+    out["ttft"] = ttft
+    # a stream can outlive its span (LlamaIndex ends it when the generator is handed back): the call lasts until
+    # its last recorded event, so TTFT never exceeds the generation time
+    outer = call[0]
+    last = max(
+        [s.end for s in call] + [t for s in call for _, ev in s.events if isinstance(t := ev.get(EVENT_TIME), int)]
+    )
+    out["duration"] = (last - outer.start) / 1e9 if outer.start and last >= outer.start else outer.duration_seconds
+    return out
+
+
 def extract_generation(ts: TraceSpans) -> GenerationFields:
-    """Model, tokens, TTFT, TPOT, streaming, generation time (OTel GenAI, OpenInference, OpenLLMetry, OpenLIT, SDK)."""
+    """Model, tokens, TTFT, TPOT, streaming, generation time (OTel GenAI, OpenInference, OpenLLMetry, OpenLIT, SDK).
+
+    Spans nested in another generator span are the same model call (read once, see ``TraceSpans.calls``); over
+    the calls tokens and durations are summed and the last call stating model, TTFT or streaming wins."""
     model = provider = None
     input_tokens = output_tokens = None
     ttft = tpot = None
     streamed = None
-    for s in ts.generators:  # the last generator stating a value wins; tokens and durations are summed
-        a = s.attrs
-        model = first(a, _MODEL_KEYS) or model
-        provider = first(a, _PROVIDER_KEYS) or provider
-        it = as_int(first(a, _INPUT_TOKEN_KEYS))
-        ot = as_int(first(a, _OUTPUT_TOKEN_KEYS))
+    durations: list[float | None] = []
+    for call in ts.calls(ts.generators):
+        c = _call_generation(call)
+        model = c["model"] or model
+        provider = c["provider"] or provider
+        it, ot = as_int(c["input_tokens"]), as_int(c["output_tokens"])
         if it is not None:
             input_tokens = (input_tokens or 0) + it
         if ot is not None:
             output_tokens = (output_tokens or 0) + ot
-        ttft = as_float(first(a, _TTFT_KEYS)) if first(a, _TTFT_KEYS) is not None else ttft
-        tpot = as_float(first(a, _TPOT_KEYS)) if first(a, _TPOT_KEYS) is not None else tpot
-        stream = as_bool(a.get(A.GEN_AI_REQUEST_STREAM))
-        streamed = stream if stream is not None else streamed
-    duration = _summed([s.duration_seconds for s in ts.generators])
+        if c["streamed"] is not None:
+            streamed = c["streamed"]
+            ttft, tpot = c["ttft"], as_float(c["tpot"])
+        elif c["ttft"] is not None:
+            ttft, tpot = c["ttft"], as_float(c["tpot"])
+        durations.append(c["duration"])
+    duration = _summed(durations)
     if (
         tpot is None
         and ttft is not None
@@ -244,6 +365,32 @@ def extract_request_facts(ts: TraceSpans) -> RequestFields:
     }
 
 
+_CONVENTION_KEYS = (
+    A.OPENINFERENCE_SPAN_KIND,
+    "traceloop.span.kind",
+    A.GEN_AI_OPERATION_NAME,
+    "db.system",
+    "db.system.name",
+)
+
+
+def is_request(ts: TraceSpans) -> bool:
+    """Whether the trace is a request that deserves a record. It is when it generated, retrieved or reranked, is
+    a ragtrace pipeline, failed, or its request span carries a question. A trace of recognised peer spans with
+    none of these is work outside any request (LlamaIndex's splitting and embedding at index build, a
+    vector-store write) and makes no record; spans of no known convention keep making one."""
+    if ts.generators or ts.retrievers or ts.rerankers:
+        return True
+    if any(s.attrs.get(A.RAGTRACE_SPAN_ROLE) == roles.PIPELINE for s in ts.pipelines):
+        return True
+    if any(_error_of(s) for s in ts.spans):
+        return True
+    if not any(first(s.attrs, _CONVENTION_KEYS) is not None for s in ts.spans):
+        return True
+    request = ts.request
+    return request is not None and _text(request.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS) is not None
+
+
 def extract_error(ts: TraceSpans) -> str | None:
     """The request's error, else the first failed span's (OTel ``exception`` events, span status, ``error.type``)."""
     error = _error_of(ts.request) if ts.request is not None else None
@@ -255,6 +402,14 @@ def extract_error(ts: TraceSpans) -> str | None:
     return str(error) if error else None
 
 
+def _retrieval_duration(ts: TraceSpans) -> float | None:
+    """Retrieval calls' durations summed (nested spans once), else the step whose documents fed the generator."""
+    if ts.retrievers:
+        return _summed([call[0].duration_seconds for call in ts.calls(ts.retrievers)])
+    span = _fed_documents(ts)[0]
+    return span.duration_seconds if span is not None else None
+
+
 def extract_timings(ts: TraceSpans) -> TimingFields:
     """Request and retrieval durations and the trace's time range, from span timestamps (every convention)."""
     request = ts.request
@@ -262,7 +417,7 @@ def extract_timings(ts: TraceSpans) -> TimingFields:
     ends = [s.end for s in ts.spans if s.end]
     return {
         "request_duration_seconds": request.duration_seconds if request is not None else None,
-        "retrieval_duration_seconds": _summed([s.duration_seconds for s in ts.retrievers]),
+        "retrieval_duration_seconds": _retrieval_duration(ts),
         "start_time_unix_nano": min(starts) if starts else None,
         "end_time_unix_nano": max(ends) if ends else None,
     }

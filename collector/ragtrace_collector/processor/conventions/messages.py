@@ -39,7 +39,9 @@ def _json_messages(value: Any) -> list[Message]:
     for msg in parsed:
         if not isinstance(msg, dict):
             continue
-        inner = msg.get("message") if isinstance(msg.get("message"), dict) else msg
+        inner = msg.get("message")
+        if not isinstance(inner, dict):
+            inner = msg
         text = _parts_text(inner.get("parts")) or _parts_text(inner.get("content"))
         if text is not None:
             out.append((str(inner.get("role") or "user"), text))

@@ -3,6 +3,8 @@
 Read in order of precision: ragtrace's own ``ragtrace.span.role``; OpenInference's
 ``openinference.span.kind``; OpenLLMetry's ``traceloop.span.kind`` / ``llm.request.type``; the OTel
 GenAI ``gen_ai.operation.name``; OpenLIT's vector-database spans (``db.system`` + ``db.operation``).
+Never by a span's or function's name: a retrieval step named ``search`` is a retrieval all the same, so
+the OpenLLMetry tasks that feed a generator its passages are found by content (``extractors``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ _GENAI_OPERATION = {
     "completion": GENERATOR,
     "retrieval": RETRIEVER,
     "retrieve": RETRIEVER,
-    "vectordb": RETRIEVER,
     "embeddings": EMBEDDING,
     "embedding": EMBEDDING,
     "rerank": RERANKER,
@@ -45,11 +46,13 @@ _GENAI_OPERATION = {
     "framework": PIPELINE,
 }
 _TRACELOOP_KIND = {"workflow": PIPELINE, "agent": PIPELINE, "task": PIPELINE, "tool": OTHER}
-_RETRIEVER_WORDS = ("retriev", "vectorstore", "similarity_search", "search_documents", "query_index")
+# Vector-database operations that read (OpenLIT writes ``gen_ai.operation.name = vectordb`` for every call,
+# index writes too, so the database operation decides).
+_DB_READS = ("query", "search", "similarity_search", "get", "query_points", "search_points", "peek", "fetch")
 
 
-def span_role(attrs: Mapping[str, Any], name: str = "") -> str:
-    """One of PIPELINE, RETRIEVER, RERANKER, GENERATOR, EMBEDDING, OTHER."""
+def span_role(attrs: Mapping[str, Any]) -> str:
+    """One of PIPELINE, RETRIEVER, RERANKER, GENERATOR, EMBEDDING, OTHER (from attributes only)."""
     role = attrs.get(A.RAGTRACE_SPAN_ROLE)
     if role in (PIPELINE, RETRIEVER, RERANKER, GENERATOR):
         return role
@@ -59,6 +62,9 @@ def span_role(attrs: Mapping[str, Any], name: str = "") -> str:
     op = attrs.get(A.GEN_AI_OPERATION_NAME)
     if isinstance(op, str) and op.lower() in _GENAI_OPERATION:
         return _GENAI_OPERATION[op.lower()]
+    if op == "vectordb" or attrs.get("db.system") or attrs.get("db.system.name"):
+        db_op = str(attrs.get("db.operation.name", attrs.get("db.operation", ""))).lower()
+        return RETRIEVER if db_op in _DB_READS else OTHER
     request_type = attrs.get("llm.request.type")
     if request_type in ("chat", "completion"):
         return GENERATOR
@@ -68,17 +74,7 @@ def span_role(attrs: Mapping[str, Any], name: str = "") -> str:
         return RERANKER
     tl_kind = attrs.get("traceloop.span.kind")
     if isinstance(tl_kind, str) and tl_kind in _TRACELOOP_KIND:
-        label = f"{attrs.get('traceloop.entity.name') or ''} {name}".lower()
-        if any(word in label for word in _RETRIEVER_WORDS):
-            return RETRIEVER
         return _TRACELOOP_KIND[tl_kind]
-    if attrs.get("db.system") and str(attrs.get("db.operation", attrs.get("db.operation.name", ""))).lower() in (
-        "query",
-        "search",
-        "similarity_search",
-        "get",
-    ):
-        return RETRIEVER
     if attrs.get(A.GEN_AI_REQUEST_MODEL) or attrs.get(A.LLM_MODEL_NAME):
         return GENERATOR
     return OTHER

@@ -30,8 +30,36 @@ class TraceSpans:
     retrievers: tuple[SpanData, ...]
     rerankers: tuple[SpanData, ...]
     generators: tuple[SpanData, ...]
+    embeddings: tuple[SpanData, ...]
     top: SpanData | None  # the outermost pipeline span (explicit ragtrace pipelines first)
     root: SpanData | None  # the earliest root span (or the earliest span when every span has a parent)
+
+    @cached_property
+    def _by_id(self) -> dict[str, SpanData]:
+        return {s.span_id: s for s in self.spans}
+
+    def ancestors(self, span: SpanData) -> list[SpanData]:
+        """The span's ancestors present in the trace, nearest first (bounded against cycles)."""
+        out: list[SpanData] = []
+        node = self._by_id.get(span.parent_id) if span.parent_id else None
+        while node is not None and len(out) < 256 and node is not span:
+            out.append(node)
+            node = self._by_id.get(node.parent_id) if node.parent_id else None
+        return out
+
+    def calls(self, group: tuple[SpanData, ...]) -> list[list[SpanData]]:
+        """``group``'s spans as calls: a span nested in another span of the group is the same call, written twice
+        by layered instrumentations (LlamaIndex ``predict`` → ``chat``, a retriever → ``_retrieve``). Each call
+        lists its outermost span first, then the nested ones in start order."""
+        members = {s.span_id for s in group}
+        calls: dict[str, list[SpanData]] = {}
+        for s in group:
+            outer = s
+            for a in self.ancestors(s):
+                if a.span_id in members:
+                    outer = a
+            calls.setdefault(outer.span_id, []).append(s)
+        return list(calls.values())
 
     @property
     def request(self) -> SpanData | None:
@@ -85,7 +113,7 @@ def classify_spans(spans: list[SpanData]) -> TraceSpans:
     depth = _depth_order(ordered)
     by_role: dict[str, list[SpanData]] = {}
     for s in ordered:
-        by_role.setdefault(roles.span_role(s.attrs, s.name), []).append(s)
+        by_role.setdefault(roles.span_role(s.attrs), []).append(s)
     pipelines = by_role.get(roles.PIPELINE, [])
     roots = [s for s in ordered if depth.get(s.span_id, 0) == 0]
 
@@ -99,6 +127,7 @@ def classify_spans(spans: list[SpanData]) -> TraceSpans:
         retrievers=tuple(by_role.get(roles.RETRIEVER, [])),
         rerankers=tuple(by_role.get(roles.RERANKER, [])),
         generators=tuple(by_role.get(roles.GENERATOR, [])),
+        embeddings=tuple(by_role.get(roles.EMBEDDING, [])),
         top=top,
         root=root,
     )

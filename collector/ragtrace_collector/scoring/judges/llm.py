@@ -6,12 +6,21 @@ judges all chunks; identical calls (same model, prompt, temperature) are answere
 cache and concurrent identical calls share one request.
 
 Robust by design: temperature 0; JSON replies validated with pydantic and checked for alignment
-(one verdict per claim...), with one repair request quoting the validation error; retries with
-exponential backoff and jitter (or the provider's ``Retry-After``, capped) on 429, 5xx, timeouts and connection errors, then
-``JudgeError(retryable=True)``; other failures (400, 401, unparseable after repair) are
-``JudgeError(retryable=False)``. No score is ever invented from a failed reply. Every HTTP reply
-records its tokens and cost (``litellm.completion_cost``, 0 when the model's price is unknown)
-with :func:`record_usage`; failed attempts count as ``errors``; cache hits as ``cache_hits``.
+(exactly one verdict per claim id: a duplicate, missing or unasked-for id is unusable, since two
+verdicts for one claim may contradict each other), with one repair request quoting the validation
+error. Replies are bounded: ``max_tokens`` on every request, and a reply longer than
+``max_reply_chars`` is refused unread (a judge that ignores ``max_tokens`` cannot make us store or
+re-send megabytes); stored reasons are capped by the reply schemas. Failures are sorted by
+:meth:`LLMJudge._refused` and :func:`_transient_reason`: the judge's *availability* is
+``JudgeError(retryable=True)`` and the record waits in the queue, either after retries with
+exponential backoff and jitter (or the provider's ``Retry-After``, capped) on 429, 5xx, timeouts and
+connection errors, or at once, unretried, when the judge refuses our setup (401 credentials, 403
+permission, 404 or a configuration 400): those last until an operator acts, which the worker's
+backoff and the ``judge_unavailable`` counter are for. A failure caused by one record's content is
+``JudgeError(retryable=False)``: its result is an error. No score is ever invented from a failed
+reply. Every HTTP reply records its tokens and cost (``litellm.completion_cost``, 0 when the model's
+price is unknown) with :func:`record_usage`; failed attempts count as ``errors``; cache hits as
+``cache_hits``.
 
 Safety votes: vote 0 runs at temperature 0; votes 1.. run at ``safety_vote_temperature`` (0.7)
 and carry their vote number in the prompt, so they are independent samples and never collapse
@@ -27,7 +36,7 @@ import math
 import os
 import random
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -44,7 +53,9 @@ from ragtrace_collector.scoring.judge import (
     JudgeUnsupported,
     SafetyVerdict,
     StatementClassification,
+    UnavailableReason,
     record_usage,
+    report_unavailable,
 )
 from ragtrace_collector.scoring.text import split_sentences
 
@@ -56,24 +67,31 @@ litellm.suppress_debug_info = True
 M = TypeVar("M", bound=BaseModel)
 
 _RETRYABLE_STATUS = {408, 409, 425, 429}
+# 400s that name this request's content: its length or the provider's content policy.
+_CONTENT_ERRORS = (litellm.exceptions.ContextWindowExceededError, litellm.exceptions.ContentPolicyViolationError)
+_REJECTED_MEMORY = 4096  # request digests remembered by the "refused again while others pass" test
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    if isinstance(
-        exc,
-        (
-            litellm.exceptions.Timeout,
-            litellm.exceptions.APIConnectionError,
-            litellm.exceptions.RateLimitError,
-            litellm.exceptions.ServiceUnavailableError,
-            litellm.exceptions.InternalServerError,
-        ),
-    ):
-        return True
+def _status(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
+    return status if isinstance(status, int) else None
+
+
+def _transient_reason(exc: BaseException) -> UnavailableReason | None:
+    """Why ``exc`` is a passing unavailability worth retrying (timeouts, dropped connections, 429,
+    408/409/425, 5xx), or ``None`` when retrying the same request cannot help."""
+    status = _status(exc)
+    if isinstance(exc, (litellm.exceptions.Timeout, asyncio.TimeoutError, TimeoutError)) or status == 408:
+        return "timeout"
+    if isinstance(exc, litellm.exceptions.RateLimitError) or status == 429:
+        return "rate_limit"
+    if isinstance(exc, (litellm.exceptions.APIConnectionError, ConnectionError)):
+        return "connection"
+    if isinstance(exc, (litellm.exceptions.ServiceUnavailableError, litellm.exceptions.InternalServerError)):
+        return "server"
+    if status is not None and (status in _RETRYABLE_STATUS or status >= 500):
+        return "server"
+    return None
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -108,7 +126,9 @@ class LLMJudge(Judge):
     ``ollama/llama3.1``, ``openai/<name>`` with ``base_url`` for any OpenAI-compatible server).
     ``embedding_model`` (a litellm embedding model) serves embeddings; without it the local
     ONNX embedder is used. ``backoff`` is the first retry delay in seconds (doubling, capped
-    at ``max_backoff``). ``extra_params`` are passed to every completion call.
+    at ``max_backoff``). ``extra_params`` are passed to every completion call (and win over
+    ``max_tokens``, the completion bound sent with each request). A reply longer than
+    ``max_reply_chars`` characters is refused with a clear error.
     """
 
     def __init__(
@@ -127,6 +147,8 @@ class LLMJudge(Judge):
         json_mode: bool = True,
         safety_vote_temperature: float = 0.7,
         extra_params: dict[str, Any] | None = None,
+        max_tokens: int = 4096,
+        max_reply_chars: int = 100_000,
     ) -> None:
         if not model:
             raise ValueError("LLMJudge needs a model name")
@@ -145,6 +167,10 @@ class LLMJudge(Judge):
         self.json_mode = json_mode
         self.safety_vote_temperature = safety_vote_temperature
         self.extra_params = dict(extra_params or {})
+        self.max_tokens = max(1, int(max_tokens))
+        self.max_reply_chars = max(1, int(max_reply_chars))
+        self._answered = 0  # requests the judge answered: tells a content 400 from a configuration one
+        self._rejected: OrderedDict[str, int] = OrderedDict()  # request digest -> _answered when refused
         self._cache: OrderedDict[str, tuple[BaseModel, Any]] = OrderedDict()
         self._inflight: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._semaphores: dict[int, asyncio.Semaphore] = {}
@@ -159,42 +185,103 @@ class LLMJudge(Judge):
             sem = self._semaphores[id(loop)]
         return sem
 
-    async def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run ``call`` under the concurrency limit with retries on availability failures."""
+    async def _retrying(self, what: str, call: Callable[[], Any], who: str = "", request: str = "") -> Any:
+        """Run ``call`` under the concurrency limit with retries on passing availability failures.
+
+        ``who`` names the model in refusal messages; ``request`` is a digest of what was sent (see
+        :meth:`_refused`)."""
         last: BaseException | None = None
+        last_reason: UnavailableReason = "unavailable"
         for attempt in range(self.max_retries + 1):
             try:
                 async with self._semaphore():
-                    return await asyncio.wait_for(call(), timeout=self.timeout + 5.0)
+                    result = await asyncio.wait_for(call(), timeout=self.timeout + 5.0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 record_usage(errors=1)
-                if not _is_retryable(exc):
-                    raise JudgeError(f"{what} failed: {type(exc).__name__}: {_short(exc)}", retryable=False) from exc
-                last = exc
+                reason = _transient_reason(exc)
+                if reason is None:
+                    raise self._refused(what, who or what, request, exc) from exc
+                last, last_reason = exc, reason
                 if attempt < self.max_retries:
                     delay = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
                     hinted = _retry_after(exc)
                     if hinted is not None:  # the provider said when: wait that long (capped)
                         delay = min(self.max_backoff, max(delay, hinted))
                     await asyncio.sleep(delay)
-        raise JudgeError(
+            else:
+                self._answered += 1
+                return result
+        error = JudgeError(
             f"{what} failed after {self.max_retries + 1} attempts: {type(last).__name__}: {_short(last)}",
             retryable=True,
-        ) from last
+            reason=last_reason,
+        )
+        report_unavailable(error)
+        raise error from last
+
+    def _refused(self, what: str, who: str, request: str, exc: BaseException) -> JudgeError:
+        """The error for a failure that retrying the same request cannot fix: the judge's setup or this input.
+
+        * 401 (``AuthenticationError``), 403 (``PermissionDeniedError``), 404 (``NotFoundError``: an
+          unknown model or a wrong ``base_url``): the judge refuses *us*, not the record. Every record
+          would fail alike until an operator fixes the key or the settings, so it is an outage
+          (``retryable=True``, reason ``credentials``/``permission``/``config``): the record waits.
+        * ``ContextWindowExceededError`` and ``ContentPolicyViolationError`` (400s that litellm reads
+          as this request's length or content): this record's error (``retryable=False``).
+        * Any other 400/422 (``BadRequestError``, ``UnsupportedParamsError``...) is ambiguous: a wrong
+          model name or a parameter the endpoint refuses fails every request, an odd character in one
+          record fails only that one. It counts as a configuration outage, unless this very request
+          was refused before and the judge has answered other requests since: then it is the
+          record's content, and its error, so one bad record cannot stall scoring for ever.
+        * Anything else (an unexpected exception): this record's error, as before.
+        """
+        status = _status(exc)
+        said = f"{type(exc).__name__}: {_short(exc)}"
+        reason: UnavailableReason
+        if isinstance(exc, _CONTENT_ERRORS):
+            return JudgeError(f"{what} refused this record's content ({status}): {said}", retryable=False)
+        if isinstance(exc, litellm.exceptions.AuthenticationError) or status == 401:
+            reason, message = "credentials", f"refused our credentials ({status or 401}): check judge.api_key"
+        elif isinstance(exc, litellm.exceptions.PermissionDeniedError) or status == 403:
+            reason, message = "permission", f"denied access ({status or 403}): check that judge.api_key may use it"
+        elif isinstance(exc, litellm.exceptions.NotFoundError) or status == 404:
+            reason, message = "config", f"was not found ({status or 404}): check judge.model and judge.base_url"
+        elif isinstance(exc, litellm.exceptions.BadRequestError) or status in (400, 422):
+            code = status or 400
+            refused_at = self._rejected.get(request) if request else None
+            if refused_at is not None and refused_at < self._answered:
+                self._rejected.pop(request, None)
+                return JudgeError(
+                    f"{what} was refused again ({code}) for this record while the judge answers others: {said}",
+                    retryable=False,
+                )
+            if request:
+                self._rejected[request] = self._answered
+                self._rejected.move_to_end(request)
+                while len(self._rejected) > _REJECTED_MEMORY:
+                    self._rejected.popitem(last=False)
+            reason = "config"
+            message = f"rejected our request ({code}): check judge.model, judge.base_url and the judge settings"
+        else:
+            return JudgeError(f"{what} failed: {said}", retryable=False)
+        error = JudgeError(f"{who} {message}; the provider said: {said}", retryable=True, reason=reason)
+        report_unavailable(error)
+        return error
 
     async def _complete(self, messages: list[dict[str, str]], temperature: float, logprobs: bool) -> Any:
-        kwargs: dict[str, Any] = dict(
-            model=self.model,
-            messages=messages,
-            temperature=temperature,
-            timeout=self.timeout,
-            max_retries=0,
-            num_retries=0,
-            drop_params=True,
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": temperature,
+            "timeout": self.timeout,
+            "max_retries": 0,
+            "num_retries": 0,
+            "drop_params": True,
+            "max_tokens": self.max_tokens,
             **self.extra_params,
-        )
+        }
         if self.base_url:
             kwargs["api_base"] = self.base_url
         if self.api_key:
@@ -204,7 +291,10 @@ class LLMJudge(Judge):
         if logprobs:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = 20
-        resp = await self._retrying(f"judge call to {self.model}", lambda: litellm.acompletion(**kwargs))
+        digest = hashlib.sha256(json.dumps([messages, temperature, logprobs]).encode()).hexdigest()
+        resp = await self._retrying(
+            f"judge call to {self.model}", lambda: litellm.acompletion(**kwargs), f"judge {self.model}", digest
+        )
         usage = _get(resp, "usage") or {}
         try:
             cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
@@ -256,7 +346,8 @@ class LLMJudge(Judge):
             raise
         else:
             future.set_result(result)
-            self._cache[key] = result
+            # the raw response is kept only where it is read (log-probabilities): not a copy per reply
+            self._cache[key] = result if logprobs else (result[0], None)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
             return result
@@ -264,13 +355,39 @@ class LLMJudge(Judge):
             if self._inflight.get(key, (None, None))[1] is future:
                 del self._inflight[key]
 
-    async def _ask_uncached(self, prompt, schema, check, temperature, logprobs):
+    def _reply_text(self, resp: Any) -> str:
+        """The reply's text, refused when it is over ``max_reply_chars`` (a judge ignoring ``max_tokens``)."""
+        content = _content(resp)
+        if len(content) > self.max_reply_chars:
+            raise JudgeError(
+                f"judge reply of {len(content)} characters is over judge.max_reply_chars ({self.max_reply_chars}); "
+                f"not used. It began: {content[:80]!r}",
+                retryable=False,
+            )
+        return content
+
+    def _cut_off(self, resp: Any, problem: _InvalidReply) -> _InvalidReply:
+        """Say so when an unusable reply was cut at ``max_tokens`` (the likely cause)."""
+        choices = _get(resp, "choices") or []
+        if choices and _get(choices[0], "finish_reason") == "length":
+            return _InvalidReply(f"{problem} (the reply was cut off at judge.max_tokens = {self.max_tokens})")
+        return problem
+
+    async def _ask_uncached(
+        self,
+        prompt: str,
+        schema: type[M],
+        check: Callable[[M], str | None] | None,
+        temperature: float,
+        logprobs: bool,
+    ) -> tuple[M, Any]:
         messages = [{"role": "system", "content": P.SYSTEM}, {"role": "user", "content": prompt}]
         resp = await self._complete(messages, temperature, logprobs)
-        content = _content(resp)
+        content = self._reply_text(resp)
         try:
             return self._validate(content, schema, check), resp
-        except _InvalidReply as first:
+        except _InvalidReply as invalid:
+            first = self._cut_off(resp, invalid)
             repair = messages + [
                 {"role": "assistant", "content": content},
                 {
@@ -282,10 +399,11 @@ class LLMJudge(Judge):
                 },
             ]
             resp = await self._complete(repair, temperature, logprobs)
-            content = _content(resp)
+            content = self._reply_text(resp)
             try:
                 return self._validate(content, schema, check), resp
-            except _InvalidReply as second:
+            except _InvalidReply as invalid:
+                second = self._cut_off(resp, invalid)
                 raise JudgeError(
                     f"invalid judge reply after one repair attempt ({schema.__name__}): {second}; reply was: {content[:200]!r}",
                     retryable=False,
@@ -343,11 +461,11 @@ class LLMJudge(Judge):
         n_ctx = len(contexts)
 
         def check(r: P.SupportReply) -> str | None:
-            ids = {c.id for c in r.claims}
-            if not set(range(1, len(claims) + 1)) <= ids:
-                return f"expected an entry for each claim id 1..{len(claims)}"
+            problem = _ids_problem([c.id for c in r.claims], len(claims), "claims")
+            if problem:
+                return problem
             bad = [j for c in r.claims for j in c.supported_by if not 1 <= j <= n_ctx]
-            return f"context ids out of range: {bad}" if bad else None
+            return f"context ids out of range 1..{n_ctx}: {bad[:10]}" if bad else None
 
         reply, _ = await self.ask(P.verify_per_context_prompt(claims, contexts), P.SupportReply, check)
         support = {c.id: set(c.supported_by) for c in reply.claims}
@@ -473,7 +591,13 @@ class LLMJudge(Judge):
             kwargs["api_base"] = self.embedding_base_url
         if self.api_key:
             kwargs["api_key"] = self.api_key
-        resp = await self._retrying(f"embedding call to {self.embedding_model}", lambda: litellm.aembedding(**kwargs))
+        digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+        resp = await self._retrying(
+            f"embedding call to {self.embedding_model}",
+            lambda: litellm.aembedding(**kwargs),
+            f"embedding model {self.embedding_model}",
+            digest,
+        )
         usage = _get(resp, "usage") or {}
         record_usage(calls=1, prompt_tokens=int(_get(usage, "prompt_tokens", 0) or 0))
         data = sorted(_get(resp, "data") or [], key=lambda d: _get(d, "index", 0))
@@ -520,9 +644,11 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 def _short(exc: BaseException | None) -> str:
+    """A failure's text for logs and stored reasons: one line, no control characters (the provider
+    or a proxy wrote it), at most 300 characters."""
     text = str(exc) if exc is not None else ""
     text = re.sub(r"\s+", " ", text).strip()
-    return text[:300]
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text[:300])
 
 
 def _content(resp: Any) -> str:
@@ -535,13 +661,30 @@ def _content(resp: Any) -> str:
 
 def _ids_check(n: int, field: str) -> Callable[[Any], str | None]:
     def check(reply: Any) -> str | None:
-        ids = [item.id for item in getattr(reply, field)]
-        missing = sorted(set(range(1, n + 1)) - set(ids))
-        if missing:
-            return f"expected one entry per id 1..{n} in '{field}', missing {missing}"
-        return None
+        return _ids_problem([item.id for item in getattr(reply, field)], n, field)
 
     return check
+
+
+def _ids_problem(ids: Sequence[int], n: int, field: str) -> str | None:
+    """What is wrong with a reply's ids, which must be exactly 1..n once each.
+
+    Two entries for one id may contradict each other (``no`` then ``yes``) and an id nobody asked
+    about is not an answer: reading either (last one wins, extras ignored) would turn a confused
+    reply into a score, so both make the reply unusable, like a missing id.
+    """
+    counts = Counter(ids)
+    problems = []
+    duplicate = sorted(i for i, c in counts.items() if c > 1)
+    if duplicate:
+        problems.append(f"duplicate {duplicate[:10]}")
+    outside = sorted(i for i in counts if not 1 <= i <= n)
+    if outside:
+        problems.append(f"out of range {outside[:10]}")
+    missing = sorted(set(range(1, n + 1)) - counts.keys())
+    if missing:
+        problems.append(f"missing {missing[:10]}")
+    return f"expected exactly one entry per id 1..{n} in '{field}': {'; '.join(problems)}" if problems else None
 
 
 def score_probabilities(resp: Any, lo: int, hi: int) -> dict[int, float] | None:

@@ -19,7 +19,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -177,6 +177,13 @@ def verdict_detail(v: ClaimVerdict) -> dict[str, Any]:
     return d
 
 
+class _ResultBase(TypedDict):
+    """The fields every :class:`MetricResult` of a metric shares."""
+
+    metric: str
+    higher_is_better: bool
+
+
 class Metric(abc.ABC):
     """A named score over a record.
 
@@ -205,7 +212,7 @@ class Metric(abc.ABC):
     async def score(self, record: RagRecord, judge: Judge, ctx: ScoringContext | None = None) -> MetricResult:
         """Score one record; never raises (see module docstring)."""
         ctx = ctx or ScoringContext(record, judge)
-        base = dict(metric=self.name, higher_is_better=self.higher_is_better)
+        base: _ResultBase = {"metric": self.name, "higher_is_better": self.higher_is_better}
         try:
             missing = self.missing_inputs(record)
         except Exception as exc:  # a record built without validation

@@ -19,6 +19,8 @@ class Latency(Metric):
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         r = ctx.record
+        # present: ``requires`` is checked before ``compute`` runs
+        assert r.ttft_seconds is not None and r.tpot_seconds is not None and r.output_tokens is not None
         value = float(r.ttft_seconds) + float(r.tpot_seconds) * int(r.output_tokens)
         details = {"ttft_seconds": r.ttft_seconds, "tpot_seconds": r.tpot_seconds, "output_tokens": r.output_tokens}
         if r.generation_duration_seconds is not None:

@@ -196,7 +196,7 @@ def claim_features(
             float(bool(_NO_INFO.search(claim))),
             i / n,
         ]
-        if sims is not None:
+        if sims is not None and claim_embeddings is not None:  # sims exist only with claim embeddings
             row_sims = np.sort(sims[i])[::-1]
             emb_max = float(row_sims[0])
             emb_top3 = float(row_sims[:3].mean())

@@ -1,0 +1,240 @@
+"""Attack soak: the collector under slow uploads, label-cardinality floods and overload, side by side.
+
+    python3 bench/attack.py [--slow 32] [--seconds 20] [--services 6 --pipelines 50 --models 30]
+
+Starts ``ragtrace-collector serve --role receiver`` as its own process (scoring off: this measures the
+receiving side) and runs three attacks against it over loopback, each beside good traffic:
+
+1. Slow uploads: ``--slow`` connections send headers, then one body byte every 2 s (slowloris), while a
+   good client sends small traces at 10 requests/s. Prints the good requests' success rate and p99, and
+   how long the collector let the slow connections hold on.
+2. Cardinality: traces over services × pipelines × models (every combination once). Prints the series
+   count, the size of an OpenMetrics scrape of ``/metrics`` and how long it took, and the overflow counter.
+3. Overload: an open-loop flood of full-size batches at twice the sustainable rate, beside the good client.
+   Prints the good and flood success rates (503 + Retry-After is the expected refusal) and the RSS peak
+   and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from collector_ingest import drive, pct, proc_rss_mb, start_collector  # noqa: E402
+
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+def small_request(
+    service: str = "good-app", pipeline: str = "support", models: tuple[str, ...] = ("gpt-4o-mini",)
+) -> bytes:
+    """Complete ragtrace-shaped traces (pipeline → retriever → generator), one per model, serialised."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    kv = rs.resource.attributes.add()
+    kv.key, kv.value.string_value = "service.name", service
+    ss = rs.scope_spans.add()
+    for model in models:
+        _add_trace(ss, pipeline, model)
+    return req.SerializeToString()
+
+
+def _add_trace(ss: object, pipeline: str, model: str) -> None:
+    tid, root = random.randbytes(16), random.randbytes(8)
+    now = time.time_ns()
+    for name, role, parent, attrs in (
+        ("support", "pipeline", b"", {"ragtrace.pipeline.name": pipeline, "input.value": "What is covered?"}),
+        ("search", "retriever", root, {"retrieval.documents.0.document.content": "Parts are covered."}),
+        ("answer", "generator", root, {"gen_ai.request.model": model, "output.value": "Parts are covered."}),
+    ):
+        span = ss.spans.add()  # type: ignore[attr-defined]
+        span.trace_id, span.name = tid, name
+        span.span_id = root if role == "pipeline" else random.randbytes(8)
+        span.parent_span_id = parent
+        span.start_time_unix_nano, span.end_time_unix_nano = now - 50_000_000, now
+        for key, value in {"ragtrace.span.role": role, **attrs}.items():
+            a = span.attributes.add()
+            a.key, a.value.string_value = key, value
+
+
+def post(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, float]:
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, PB), timeout=timeout) as r:
+            status = r.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except OSError:
+        status = 0
+    return status, time.perf_counter() - started
+
+
+class GoodClient(threading.Thread):
+    """Sends one small trace every 1/rate seconds and keeps every status and latency."""
+
+    def __init__(self, url: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.rate = url, rate
+        self.results: list[tuple[int, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(1 / self.rate):
+            self.results.append(post(self.url, small_request()))
+
+    def summary(self) -> str:
+        ok = sum(1 for s, _ in self.results if s == 200)
+        n = len(self.results) or 1
+        statuses: dict[int, int] = {}
+        for s, _ in self.results:
+            statuses[s] = statuses.get(s, 0) + 1
+        p99 = pct([t for _, t in self.results], 0.99) * 1000
+        return f"good traffic: {ok}/{len(self.results)} accepted ({100 * ok / n:.1f}%), p99 {p99:.0f} ms, {statuses}"
+
+
+def slowloris(port: int, n: int, seconds: float) -> list[float]:
+    """``n`` uploads that trickle one byte every 2 s; returns how long each connection was held open."""
+    held: list[float] = []
+
+    def one() -> None:
+        start = time.monotonic()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(
+                    b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: 100000\r\n\r\n"
+                )
+                while time.monotonic() - start < seconds:
+                    s.sendall(b"\x0a")
+                    time.sleep(2)
+                    s.settimeout(0.01)
+                    try:
+                        if s.recv(1024) == b"":
+                            break  # closed by the collector
+                    except TimeoutError:
+                        pass
+                    except OSError:
+                        break
+        except OSError:
+            pass
+        held.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 10)
+    return held
+
+
+def scrape(port: int) -> tuple[str, float]:
+    started = time.perf_counter()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        text = r.read().decode()
+    return text, time.perf_counter() - started
+
+
+def series_count(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def metric_value(text: str, prefix: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--slow", type=int, default=32, help="slow-upload connections (default 32)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each attack (default 20)")
+    parser.add_argument("--services", type=int, default=6)
+    parser.add_argument("--pipelines", type=int, default=50)
+    parser.add_argument("--models", type=int, default=30)
+    parser.add_argument("--flood-rate", type=float, default=60.0, help="flood batches/s (510 spans each)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        proc, http, metrics = start_collector(data_dir, sampling_rate=0.0, max_pending=16)
+        url = f"http://127.0.0.1:{http}/v1/traces"
+        try:
+            rss_start = proc_rss_mb(proc.pid)
+            print(f"collector pid {proc.pid}, RSS at start {rss_start:.0f} MB\n")
+
+            print(f"== 1. slow uploads: {args.slow} connections trickling 1 byte / 2 s for {args.seconds:.0f} s ==")
+            good = GoodClient(url, rate=10)
+            good.start()
+            held = slowloris(http, args.slow, args.seconds)
+            good.stop.set()
+            good.join()
+            print("  " + good.summary())
+            print(f"  slow connections held open: median {pct(held, 0.5):.1f} s, max {max(held or [0]):.1f} s\n")
+
+            combos = args.services * args.pipelines * args.models
+            print(f"== 2. cardinality: {args.services} services × {args.pipelines} pipelines × {args.models} models ==")
+            started = time.perf_counter()
+            sent = 0
+            models = tuple(f"model-{m}" for m in range(args.models))
+            for s in range(args.services):
+                for p in range(args.pipelines):
+                    status, _ = post(url, small_request(f"svc-{s}", f"pipe-{p}", models))
+                    sent += len(models) if status == 200 else 0
+            time.sleep(2.5)  # grace + sweep: every trace becomes a record
+            text, took = scrape(metrics)
+            print(f"  {sent}/{combos} traces accepted in {time.perf_counter() - started:.0f} s")
+            print(
+                f"  /metrics (OpenMetrics): {series_count(text):,} series, {len(text.encode()) / 1e6:.2f} MB, "
+                f"scraped in {took * 1000:.0f} ms; overflowed into 'other': "
+                f"{metric_value(text, 'ragtrace_metric_series_overflow_total'):.0f}; RSS {proc_rss_mb(proc.pid):.0f} MB\n"
+            )
+
+            print(f"== 3. overload: {args.flood_rate:.0f} batches/s of 510 spans for {args.seconds:.0f} s ==")
+            peak = [proc_rss_mb(proc.pid)]
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.wait(0.25):
+                    peak.append(proc_rss_mb(proc.pid))
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            good = GoodClient(url, rate=10)
+            good.start()
+            flood = drive(url, "open", args.seconds, concurrency=256, rate=args.flood_rate)
+            good.stop.set()
+            good.join()
+            time.sleep(2.0)
+            stop.set()
+            watcher.join()
+            st = flood["statuses"]
+            n = sum(st.values()) or 1
+            print("  " + good.summary())
+            print(
+                f"  flood: {st.get(200, 0)}/{n} accepted, {st.get(503, 0)} shed with 503 (+Retry-After), "
+                f"other {n - st.get(200, 0) - st.get(503, 0)}; p99 {pct(flood['latencies'], 0.99) * 1000:.0f} ms"
+            )
+            print(f"  RSS: start {rss_start:.0f} MB, peak {max(peak):.0f} MB, 2 s after {proc_rss_mb(proc.pid):.0f} MB")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except Exception:
+                proc.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""What the real peer packages emitted, replayed through the real OTLP/HTTP receiver, becomes one full record each.
+
+The bytes in ``tests/fixtures/peers/<setup>/`` are the OTLP requests the apps in ``scripts/peers/apps/`` sent,
+unchanged, when run with the packages listed in each ``versions.json`` (``scripts/peers/capture.py`` made them).
+Every app asks the same six questions of an OpenAI-compatible scripted server, even ones non-streamed and odd
+ones streamed; the server reports ``completion_tokens = ceil(len(answer) / 4)``, so counting a call's tokens
+twice shows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures" / "peers"
+_spec = importlib.util.spec_from_file_location("peer_common", ROOT / "scripts" / "peers" / "apps" / "common.py")
+assert _spec is not None and _spec.loader is not None
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+# setup -> (records a first-token time for streamed calls, records contexts, reports tokens when streaming)
+SETUPS: dict[str, tuple[bool, bool, bool]] = {
+    "oi_langchain": (False, True, True),  # OpenInference's LangChain LLM span has no first-token event
+    "oi_openai": (True, True, True),
+    "oi_llamaindex": (True, True, False),  # llama-index streams without asking for usage
+    "tl_decorators": (True, True, True),
+    "openlit_qdrant": (True, False, True),  # OpenLIT's qdrant spans never record the points returned
+}
+CORPUS = {text for _, text in common.CORPUS}
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+async def replay(make_stack, setup: str) -> list:
+    """POST every captured request body to a served receiver; the records, in request order."""
+    stack = make_stack()
+    receiver = OtlpHttpReceiver(stack.ingestor)
+    await receiver.start("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in sorted((FIXTURES / setup).glob("requests-*.binpb")):
+                url = f"http://127.0.0.1:{receiver.port}/v1/traces"
+                async with session.post(url, data=path.read_bytes(), headers=PB) as reply:
+                    assert reply.status == 200, await reply.text()
+    finally:
+        await receiver.stop()
+    assert stack.requests("http", "ok") == len(list((FIXTURES / setup).glob("requests-*.binpb")))
+    return sorted(stack.records(), key=lambda r: r.start_time_unix_nano)
+
+
+def test_every_capture_names_its_package_versions():
+    for setup in SETUPS:
+        versions = json.loads((FIXTURES / setup / "versions.json").read_text())
+        assert versions["setup"] == setup and versions["packages"] and "capture.py" in versions["command"]
+        assert sum(p.stat().st_size for p in (FIXTURES / setup).glob("*.binpb")) < 150_000  # KBs, not MBs
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+async def test_one_full_record_per_request(make_stack, setup):
+    ttft_recorded, has_contexts, stream_tokens = SETUPS[setup]
+    records = await replay(make_stack, setup)
+    assert len(records) == len(common.QUESTIONS), [r.user_input for r in records]  # index builds make none
+    for i, (record, (question, answer, _)) in enumerate(zip(records, common.QUESTIONS)):
+        streamed = common.streamed(i)
+        assert record.user_input == question  # never the stuffed prompt
+        assert record.response == answer  # no "assistant: " prefix, no placeholder
+        assert record.model == common.MODEL
+        contents = [c.content for c in record.retrieved_contexts]
+        if has_contexts:
+            # the 3 ranked passages once (a nested retriever is not read twice); ties may rank differently per store
+            assert len(contents) == len(set(contents)) == 3
+        else:
+            assert contents == []
+        assert all(c in CORPUS and not re.match(r"[<{\[]", c) for c in contents)
+        if stream_tokens or not streamed:
+            assert record.output_tokens == math.ceil(len(answer) / 4)  # counted once
+            assert record.input_tokens and record.input_tokens < 250  # one prompt (llama-index's is ~200)
+        assert 0 < record.generation_duration_seconds <= record.request_duration_seconds
+        if record.retrieval_duration_seconds is not None:
+            total = record.retrieval_duration_seconds + record.generation_duration_seconds
+            assert total <= record.request_duration_seconds
+        if streamed and ttft_recorded:
+            assert record.streamed is True
+            assert 0 < record.ttft_seconds <= record.generation_duration_seconds
+        else:
+            assert record.ttft_seconds is None  # never for a non-streamed call, nor one not timed
+            assert record.streamed in (None, False) or streamed
+
+
+async def test_openinference_langchain_streams_are_flagged(make_stack):
+    records = await replay(make_stack, "oi_langchain")
+    assert [r.streamed for r in records] == [common.streamed(i) for i in range(len(records))]
+
+
+async def test_openinference_langchain_and_openai_together(make_stack):
+    """LangChain's OpenInference tracer does not make its spans current, so the OpenAI instrumentation's span of
+    the same call starts a trace of its own: the chain's records are full, the extra ones are the bare calls."""
+    records = await replay(make_stack, "oi_langchain_openai")
+    chains = [r for r in records if r.retrieved_contexts]
+    assert [r.user_input for r in chains] == [q for q, _, _ in common.QUESTIONS]
+    assert [r.response for r in chains] == [a for _, a, _ in common.QUESTIONS]
+    calls = [r for r in records if not r.retrieved_contexts]
+    assert all(r.user_input.startswith("Context:") for r in calls)
+    # streamed calls of the OpenAI instrumentation carry its first-token event
+    assert [r.ttft_seconds is not None for r in calls] == [common.streamed(i) for i in range(len(calls))]
+
+
+@pytest.mark.xfail(strict=True, reason="one record per request across traces: the bare OpenAI call traces remain")
+async def test_openinference_langchain_and_openai_one_record_per_request(make_stack):
+    records = await replay(make_stack, "oi_langchain_openai")
+    assert len(records) == len(common.QUESTIONS)

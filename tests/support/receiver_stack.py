@@ -1,0 +1,39 @@
+"""A real receiver stack (ingestor → assembler → metrics) for tests that serve OTLP on loopback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.processor.assembly.assembler import Assembler
+from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.telemetry.ingest import IngestMetrics
+
+
+class Stack:
+    """Ingestor → assembler with their metrics in a private registry; ``assembly`` goes to the state."""
+
+    def __init__(self, assembly: dict[str, Any] | None = None, **ingestor_kw: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.metrics = IngestMetrics(self.registry)
+        state = InMemoryAssemblyState(**{"grace_seconds": 0.0, **(assembly or {})})
+        self.assembler = Assembler(state, observer=self.metrics)
+        self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    def requests(self, transport: str, status: str) -> float:
+        return self.sample("ragtrace_otlp_requests_total", transport=transport, status=status)
+
+    def spans(self, transport: str) -> float:
+        return self.sample("ragtrace_spans_received_total", transport=transport)
+
+    def rejected(self, reason: str) -> float:
+        return self.sample("ragtrace_spans_rejected_total", reason=reason)
+
+    def records(self) -> list[RagRecord]:
+        return self.assembler.collect(everything=True)
