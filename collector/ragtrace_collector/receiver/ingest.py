@@ -1,6 +1,6 @@
 """What both OTLP receivers share: auth, admission (load shedding), decoding outcome and counting.
 
-Admission bounds the requests being received at once, watches the event loop's lag (how late a
+Admission bounds the whole requests being decoded at once, watches the event loop's lag (how late a
 periodic timer fires: the backlog of work the loop has not got to yet, whatever caused it), and asks
 downstream whether it is behind (records waiting to be built, assembly memory near its bound). When either
 is above its bound, new requests are refused at once (HTTP 503 + ``Retry-After``, gRPC

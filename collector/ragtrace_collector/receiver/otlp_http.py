@@ -68,17 +68,22 @@ class _Body:
         ing = self.ingestor
         loop = asyncio.get_running_loop()
         started = loop.time()
+        content = request.content
         chunks: list[bytes] = []
         while True:
-            remaining = ing.body_deadline(started, self.reserved) - loop.time()
-            if remaining <= 0:
-                raise _TooSlow()
-            try:
-                chunk = await asyncio.wait_for(request.content.readany(), remaining)
-            except asyncio.TimeoutError:
-                raise _TooSlow() from None
+            chunk = content.read_nowait()  # what has arrived already: most bodies come with their headers
             if not chunk:
-                return b"".join(chunks)
+                if content.at_eof():
+                    return b"".join(chunks)
+                remaining = ing.body_deadline(started, self.reserved) - loop.time()
+                if remaining <= 0:
+                    raise _TooSlow()
+                try:
+                    chunk = await asyncio.wait_for(content.readany(), remaining)
+                except asyncio.TimeoutError:
+                    raise _TooSlow() from None
+                if not chunk:
+                    return b"".join(chunks)
             if self.reserved + len(chunk) > ing.max_request_bytes:
                 raise _TooLarge()
             if not ing.reserve(len(chunk)):
