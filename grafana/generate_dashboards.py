@@ -18,10 +18,13 @@ SCHEMA_VERSION = 39
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
 # Selectors shared by every query; quality series carry no service label, so the pipeline variable
-# (itself filtered by service) is what narrows them.
+# (itself filtered by service) is what narrows them. Scores keep their judge: a judge switch is not a
+# quality change, so quality queries filter and group by judge rather than summing it away.
 SP = 'service=~"$service", pipeline=~"$pipeline"'
 P = 'pipeline=~"$pipeline"'
-MP = 'metric=~"$metric", pipeline=~"$pipeline"'
+MP = 'metric=~"$metric", pipeline=~"$pipeline", judge=~"$judge"'
+# Alerts of the shipped rules, as Prometheus records them; alerts without a pipeline (collector-wide) always show.
+ALERTS = 'ALERTS{alertname=~"Rag.*", alertstate="firing", pipeline=~"$pipeline|"}'
 
 
 # --- variables -----------------------------------------------------------------------------------
@@ -153,6 +156,7 @@ def timeseries(
     maximum: float | None = None,
     overrides: list | None = None,
     stack: bool = False,
+    legend: str = "bottom",
 ) -> dict:
     defaults: dict = {
         "unit": unit,
@@ -177,7 +181,7 @@ def timeseries(
         "targets": targets,
         "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
         "options": {
-            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "mean"]},
+            "legend": {"displayMode": "table", "placement": legend, "calcs": ["lastNotNull", "mean"]},
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
     }
@@ -195,6 +199,34 @@ def sample_size_override(ref: str) -> list[dict]:
                 {"id": "unit", "value": "short"},
                 {"id": "min", "value": 0},
                 {"id": "custom.axisLabel", "value": "records scored (n)"},
+            ],
+        }
+    ]
+
+
+def score_axis(*refs: str) -> list[dict]:
+    """Score series of a panel: a fixed 0-1 axis, so 0.9 and 0.5 look as far apart on every panel."""
+    return [
+        {
+            "matcher": {"id": "byFrameRefID", "options": ref},
+            "properties": [{"id": "min", "value": 0}, {"id": "max", "value": 1}, {"id": "unit", "value": "none"}],
+        }
+        for ref in refs
+    ]
+
+
+def threshold_line(ref: str) -> list[dict]:
+    """The alert threshold of a score panel: a dashed red line on the score axis."""
+    return [
+        {
+            "matcher": {"id": "byFrameRefID", "options": ref},
+            "properties": [
+                {"id": "min", "value": 0},
+                {"id": "max", "value": 1},
+                {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                {"id": "custom.fillOpacity", "value": 0},
+                {"id": "custom.lineWidth", "value": 1},
             ],
         }
     ]
@@ -220,7 +252,9 @@ def heatmap(title: str, expr: str, description: str) -> dict:
     }
 
 
-def table(title: str, targets: list[dict], description: str, rename: dict[str, str], sort_by: str) -> dict:
+def table(
+    title: str, targets: list[dict], description: str, rename: dict[str, str], sort_by: str, desc: bool = False
+) -> dict:
     return {
         "type": "table",
         "title": title,
@@ -230,7 +264,7 @@ def table(title: str, targets: list[dict], description: str, rename: dict[str, s
         "transformations": [
             {"id": "merge", "options": {}},
             {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": rename}},
-            {"id": "sortBy", "options": {"sort": [{"field": sort_by, "desc": False}]}},
+            {"id": "sortBy", "options": {"sort": [{"field": sort_by, "desc": desc}]}},
         ],
         "fieldConfig": {
             "defaults": {"decimals": 2, "custom": {"align": "auto"}},
@@ -261,6 +295,57 @@ def quantiles(metric: str, sel: str, by: str = "") -> list[dict]:
     return out
 
 
+def alert_annotations() -> dict:
+    """The shipped alerts as annotations (from Prometheus's ALERTS series): when each fired, on every panel."""
+    return {
+        "name": "ragtrace alerts",
+        "datasource": DS,
+        "enable": True,
+        "hide": False,
+        "iconColor": "red",
+        "expr": ALERTS,
+        "step": "60s",
+        "titleFormat": "{{alertname}}",
+        "textFormat": "{{severity}} {{metric}} {{pipeline}} {{judge}}",
+        "tagKeys": "severity,pipeline,metric",
+        "useValueForTime": False,
+    }
+
+
+def alert_list(title: str) -> dict:
+    """Firing ragtrace alerts, from Prometheus's ALERTS series (works without Grafana-managed alerting)."""
+    return {
+        "type": "table",
+        "title": title,
+        "description": "Alerts of grafana/prometheus/rules firing now (Prometheus's ALERTS series), pages first. "
+        "Each alert's runbook is docs/runbooks/<alertname>.md in the repository.",
+        "datasource": DS,
+        "targets": [
+            target(
+                f"count by (alertname, severity, pipeline, metric, judge) ({ALERTS})",
+                ref="A",
+                instant=True,
+                fmt="table",
+            )
+        ],
+        "transformations": [
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True, "Value": True},
+                    "indexByName": {"severity": 0, "alertname": 1, "pipeline": 2, "metric": 3, "judge": 4},
+                },
+            },
+            {"id": "sortBy", "options": {"sort": [{"field": "severity", "desc": False}]}},
+        ],
+        "fieldConfig": {
+            "defaults": {"custom": {"align": "auto"}, "noValue": "no ragtrace alert firing"},
+            "overrides": [],
+        },
+        "options": {"showHeader": True, "footer": {"show": False}},
+    }
+
+
 # --- dashboards ----------------------------------------------------------------------------------
 def dashboard(uid: str, title: str, description: str, panels: list[dict], variables: list[dict]) -> dict:
     return {
@@ -285,7 +370,8 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict], variab
                     "iconColor": "rgba(0, 211, 255, 1)",
                     "name": "Annotations & Alerts",
                     "type": "dashboard",
-                }
+                },
+                alert_annotations(),
             ]
         },
         "links": [
@@ -314,11 +400,27 @@ def count_expr(sel: str, window: str, by: str) -> str:
     return f"sum by ({by}) (increase(ragtrace_eval_score_count{{{sel}}}[{window}]))"
 
 
-def share_below_expr(sel: str, window: str, by: str) -> str:
-    return (
-        f'sum by ({by}) (rate(ragtrace_eval_score_bucket{{{sel}, le="$threshold"}}[{window}]))\n  /\n'
-        f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]))"
-    )
+def wrong_side_expr(sel: str, window: str, by: str) -> str:
+    """Share of records on the wrong side of their alert threshold, direction-aware.
+
+    The threshold comes from the rules' table (ragtrace:eval_score:threshold, with its score bucket as
+    ``le``): higher-is-better metrics count the records at or under it, lower-is-better ones (hallucination)
+    the records above it.
+    """
+    match = "and on (metric, pipeline, judge"
+
+    def share(direction: str) -> str:
+        t = f'ragtrace:eval_score:threshold{{{sel}, direction="{direction}"}}'
+        return (
+            f"sum by ({by}) (rate(ragtrace_eval_score_bucket{{{sel}}}[{window}]) {match}, le) {t})\n  /\n"
+            f"sum by ({by}) (rate(ragtrace_eval_score_count{{{sel}}}[{window}]) {match}) {t})"
+        )
+
+    return f"(\n{share('higher_is_better')}\n)\nor\n(\n1 - (\n{share('lower_is_better')}\n)\n)"
+
+
+def threshold_expr(sel: str, by: str) -> str:
+    return f"max by ({by}) (ragtrace:eval_score:threshold{{{sel}}})"
 
 
 def quality_dashboard() -> dict:
@@ -326,81 +428,86 @@ def quality_dashboard() -> dict:
     panels: list[dict] = []
     variables = common_variables() + [
         _query_var("metric", "Metric", 'label_values(ragtrace_eval_score_count{pipeline=~"$pipeline"}, metric)'),
+        _query_var("judge", "Judge", 'label_values(ragtrace_eval_score_count{pipeline=~"$pipeline"}, judge)'),
         _custom_var(
             "window",
             "Mean over",
             ["5m", "15m", "1h", "6h", "1d"],
             "1h",
-            "Window of the means and shares; the alert rules use 1h.",
-        ),
-        _custom_var(
-            "threshold",
-            "Alert threshold",
-            ["0.5", "0.7", "0.8", "0.9"],
-            "0.7",
-            "Score under which a record counts as bad (a bucket edge of ragtrace_eval_score).",
+            "Window of the means and shares; the alerts use 5m and 1h (see the baseline panel).",
         ),
     ]
     panels.append(lay.row("Overview"))
+    panels.append(lay.place(alert_list("Firing alerts"), 8, 10))
     panels.append(
         lay.place(
             table(
-                "Worst pipelines (mean over $window, lowest first)",
+                "Worst first: share of records on the wrong side of the threshold (over $window)",
                 [
-                    target(mean_expr(MP, "$window", "metric, pipeline"), ref="A", instant=True, fmt="table"),
-                    target(count_expr(MP, "$window", "metric, pipeline"), ref="B", instant=True, fmt="table"),
-                    target(share_below_expr(MP, "$window", "metric, pipeline"), ref="C", instant=True, fmt="table"),
+                    target(
+                        wrong_side_expr(MP, "$window", "metric, pipeline, judge"), ref="A", instant=True, fmt="table"
+                    ),
+                    target(mean_expr(MP, "$window", "metric, pipeline, judge"), ref="B", instant=True, fmt="table"),
+                    target(count_expr(MP, "$window", "metric, pipeline, judge"), ref="C", instant=True, fmt="table"),
+                    target(threshold_expr(MP, "metric, pipeline, judge"), ref="D", instant=True, fmt="table"),
                 ],
-                "Mean score per metric and pipeline, the number of records it rests on (n), and the share of "
-                "records under the threshold. Hallucination is the one metric where higher is worse.",
-                {"Value #A": "mean", "Value #B": "n", "Value #C": "share under threshold"},
-                "mean",
+                "Per metric, pipeline and judge: the share of records on the wrong side of the alert threshold "
+                "(under it, or above it for hallucination, where lower is better), the mean score, the number "
+                "of records it rests on (n) and the threshold (grafana/prometheus/rules: the thresholds table).",
+                {"Value #A": "wrong side", "Value #B": "mean", "Value #C": "n", "Value #D": "threshold"},
+                "wrong side",
+                desc=True,
             ),
-            12,
-            10,
-        )
-    )
-    panels.append(
-        lay.place(
-            timeseries(
-                "Mean vs 7-day baseline (recording rules)",
-                [
-                    target("ragtrace:eval_score:mean1h{" + MP + "}", "1h mean {{metric}} {{pipeline}}", "A"),
-                    target("ragtrace:eval_score:mean7d{" + MP + "}", "7d baseline {{metric}} {{pipeline}}", "B"),
-                    target("ragtrace:eval_score:count1h{" + MP + "}", "n (1h) {{metric}} {{pipeline}}", "C"),
-                ],
-                description="What the alerts compare: the recorded 1h mean, its 7-day baseline, and the records "
-                "the mean rests on. Needs grafana/prometheus/rules loaded in Prometheus.",
-                minimum=0,
-                overrides=sample_size_override("C"),
-            ),
-            12,
+            16,
             10,
         )
     )
 
     panels.append(lay.row("$metric", repeat="metric"))
-    msel = 'metric=~"$metric", pipeline=~"$pipeline"'
+    msel = MP
+    by = "pipeline, judge"
+    legend = "{{pipeline}} ({{judge}})"
     panels.append(
         lay.place(
             timeseries(
                 "Mean $metric per pipeline (over $window), with n",
                 [
-                    target(mean_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
-                    target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
+                    target(mean_expr(msel, "$window", by), legend, "A"),
+                    target(count_expr(msel, "$window", by), f"n: {legend}", "B"),
                     target(
-                        f"sum by (pipeline) (rate(ragtrace_eval_weighted_score_total{{{msel}}}[$window]))\n  /\n"
-                        f"sum by (pipeline) (rate(ragtrace_eval_weight_total{{{msel}}}[$window]))",
-                        "traffic-weighted {{pipeline}}",
+                        f"sum by ({by}) (rate(ragtrace_eval_weighted_score_total{{{msel}}}[$window]))\n  /\n"
+                        f"sum by ({by}) (rate(ragtrace_eval_weight_total{{{msel}}}[$window]))",
+                        f"traffic-weighted: {legend}",
                         "C",
                     ),
+                    target(threshold_expr(msel, by), f"threshold: {legend}", "D"),
                 ],
                 description="rate(_sum)/rate(_count) of ragtrace_eval_score: the mean score of the records scored "
                 "in the window. Traffic-weighted: each record weighted by 1 / its sampling probability "
                 "(differs when always-sample rules over-represent some records). Bars: records scored "
-                "in the window (n).",
-                minimum=0,
-                overrides=sample_size_override("B"),
+                "in the window (n). Dashed: the alert threshold (the rules' thresholds table).",
+                overrides=score_axis("A", "C") + threshold_line("D") + sample_size_override("B"),
+            ),
+            12,
+            9,
+        )
+    )
+    panels.append(
+        lay.place(
+            timeseries(
+                "What the alerts compare: $metric, 5m and 1h means against the baseline and the threshold",
+                [
+                    target("ragtrace:eval_score:mean5m{" + msel + "}", f"5m: {legend}", "A"),
+                    target("ragtrace:eval_score:mean1h{" + msel + "}", f"1h: {legend}", "B"),
+                    target("ragtrace:eval_score:mean7d{" + msel + "}", f"baseline: {legend}", "C"),
+                    target("ragtrace:eval_score:threshold{" + msel + "}", f"threshold: {legend}", "D"),
+                    target("ragtrace:eval_score:count1h{" + msel + "}", f"n (1h): {legend}", "E"),
+                ],
+                description="The recording rules the alerts read: the fast (5m) and slow (1h) means, each used "
+                "only with at least 20 records in its window; the baseline (7 days before the last hour); the "
+                "threshold. Needs grafana/prometheus/rules loaded in Prometheus.",
+                overrides=score_axis("A", "B", "C") + threshold_line("D") + sample_size_override("E"),
+                legend="right",
             ),
             12,
             9,
@@ -420,14 +527,16 @@ def quality_dashboard() -> dict:
     panels.append(
         lay.place(
             timeseries(
-                "Share of records under $threshold",
+                "Share of records on the wrong side of the threshold",
                 [
-                    target(share_below_expr(msel, "$window", "pipeline"), "{{pipeline}}", "A"),
-                    target(count_expr(msel, "$window", "pipeline"), "n {{pipeline}}", "B"),
+                    target(wrong_side_expr(msel, "$window", by), legend, "A"),
+                    target(count_expr(msel, "$window", by), f"n: {legend}", "B"),
                 ],
                 unit="percentunit",
                 minimum=0,
-                description="Fraction of scored records whose score is at or under the threshold.",
+                maximum=1,
+                description="Fraction of scored records at or under the alert threshold, or above it where lower "
+                "is better (hallucination). Thresholds: the rules' thresholds table.",
                 overrides=sample_size_override("B"),
             ),
             12,
@@ -440,27 +549,26 @@ def quality_dashboard() -> dict:
                 "Scores with trace links (median and exemplars)",
                 [
                     target(
-                        f"histogram_quantile(0.5, sum by (le, pipeline) "
+                        f"histogram_quantile(0.5, sum by (le, {by}) "
                         f"(rate(ragtrace_eval_score_bucket{{{msel}}}[$__rate_interval])))",
-                        "median {{pipeline}}",
+                        f"median: {legend}",
                         "A",
                         exemplar=True,
                     ),
-                    target(count_expr(msel, "$__rate_interval", "pipeline"), "n {{pipeline}}", "B"),
+                    target(count_expr(msel, "$__rate_interval", by), f"n: {legend}", "B"),
+                    target(threshold_expr(msel, by), f"threshold: {legend}", "C"),
                 ],
-                minimum=0,
-                maximum=None,
                 description="Each exemplar dot is one scored record; click it to open its trace (trace_id).",
-                overrides=sample_size_override("B"),
+                overrides=score_axis("A") + threshold_line("C") + sample_size_override("B"),
             ),
-            12,
+            24,
             9,
         )
     )
     return dashboard(
         "ragtrace-quality",
         "ragtrace / RAG quality",
-        "Scores of sampled RAG records per metric and pipeline.",
+        "Scores of sampled RAG records per metric, pipeline and judge.",
         panels,
         variables,
     )
@@ -614,12 +722,12 @@ def health_dashboard() -> dict:
                 [
                     target(
                         f"sum by (pipeline) (rate(ragtrace_traces_received_total{{{SP}}}[$__rate_interval]))",
-                        "received {{pipeline}}",
+                        "received: {{pipeline}}",
                         "A",
                     ),
                     target(
                         f"sum by (pipeline) (rate(ragtrace_traces_sampled_total{{{P}}}[$__rate_interval]))",
-                        "sampled {{pipeline}}",
+                        "sampled: {{pipeline}}",
                         "B",
                     ),
                 ],
@@ -664,7 +772,7 @@ def health_dashboard() -> dict:
                 [
                     target(
                         "sum by (transport, status) (rate(ragtrace_otlp_requests_total[$__rate_interval]))",
-                        "{{transport}} {{status}}",
+                        "{{transport}}: {{status}}",
                     )
                 ],
                 unit="reqps",
@@ -731,7 +839,7 @@ def health_dashboard() -> dict:
                 [
                     target(
                         "sum by (metric, outcome) (rate(ragtrace_evaluations_total[$__rate_interval]))",
-                        "{{metric}} {{outcome}}",
+                        "{{metric}}: {{outcome}}",
                     )
                 ],
                 unit="ops",
@@ -751,19 +859,19 @@ def health_dashboard() -> dict:
                 [
                     target(
                         "sum by (judge) (rate(ragtrace_judge_latency_seconds_count[$__rate_interval]))",
-                        "decisions {{judge}}",
+                        "{{judge}}: decisions",
                         "A",
                     ),
                     target(
                         "sum by (judge) (rate(ragtrace_judge_calls_total[$__rate_interval]))\n"
                         f"  or on (judge)\n{active}",
-                        "calls {{judge}}",
+                        "{{judge}}: calls",
                         "B",
                     ),
                     target(
                         "sum by (judge, kind) (rate(ragtrace_judge_errors_total[$__rate_interval]))\n"
-                        f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
-                        "errors {{judge}} {{kind}}",
+                        f'  or on (judge)\nlabel_replace({active}, "kind", "no", "", "")',
+                        "{{judge}}: {{kind}} errors",
                         "C",
                     ),
                 ],
@@ -789,8 +897,8 @@ def health_dashboard() -> dict:
                 [
                     target(
                         "sum by (judge, kind) (rate(ragtrace_judge_tokens_total[$__rate_interval]))\n"
-                        f'  or on (judge)\nlabel_replace({active}, "kind", "none", "", "")',
-                        "{{judge}} {{kind}}",
+                        f'  or on (judge)\nlabel_replace({active}, "kind", "no", "", "")',
+                        "{{judge}}: {{kind}} tokens",
                     )
                 ],
                 unit="short",
@@ -825,14 +933,14 @@ def health_dashboard() -> dict:
                 [
                     target(
                         f"sum by (pipeline) (rate(ragtrace_records_scored_total{{{P}}}[$__rate_interval]))",
-                        "scored {{pipeline}}",
+                        "scored: {{pipeline}}",
                         "A",
                     ),
                     target(
                         "sum by (reason) (rate(ragtrace_records_released_total[$__rate_interval]))\n"
                         "  or on ()\nlabel_replace(sum(rate(ragtrace_records_scored_total[$__rate_interval])) * 0,"
-                        ' "reason", "none", "", "")',
-                        "released {{reason}}",
+                        ' "reason", "none yet", "", "")',
+                        "released: {{reason}}",
                         "B",
                     ),
                 ],

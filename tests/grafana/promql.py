@@ -23,6 +23,7 @@ TEMPLATE_VALUES = {
     "service": ".*",
     "pipeline": ".*",
     "metric": ".*",
+    "judge": ".*",
     "window": "1h",
     "threshold": "0.7",
     "__rate_interval": "30s",
@@ -119,6 +120,7 @@ _FUNCS_AND_KEYWORDS = {
     "max",
     "avg",
     "count",
+    "group",
     "by",
     "without",
     "on",
@@ -166,6 +168,7 @@ def metric_names_in(expr: str) -> set[str]:
     stripped = re.sub(r"\boffset\s+-?[0-9a-z]+", "", stripped)  # and offsets
     stripped = re.sub(r"\b\d[\d.e+-]*\b", "", stripped)  # and numbers
     stripped = re.sub(r"\bby\s*\([^)]*\)|\bwithout\s*\([^)]*\)|\bon\s*\([^)]*\)|\bignoring\s*\([^)]*\)", "", stripped)
+    stripped = re.sub(r"\bgroup_(?:left|right)\s*\([^)]*\)", "", stripped)  # labels copied by a join
     for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", stripped):
         if token in _FUNCS_AND_KEYWORDS or re.fullmatch(r"\d.*", token):
             continue

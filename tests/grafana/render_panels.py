@@ -54,17 +54,20 @@ def render_dashboard(
             right = None
             for t in panel["targets"]:
                 series = panel_data.get((panel["title"], t["refId"]), [])
-                overridden = any(
-                    o["matcher"].get("options") == t["refId"] for o in panel.get("fieldConfig", {}).get("overrides", [])
-                )
+                props = _override_properties(panel, t["refId"])
                 axis = ax
-                if overridden:  # sample sizes on a right-hand axis, as in Grafana
+                style: dict = {}
+                if props.get("custom.axisPlacement") == "right":  # sample sizes on a right-hand axis, as in Grafana
                     right = right or ax.twinx()
                     axis = right
+                    style = {"alpha": 0.35, "linestyle": ":"}
+                elif "custom.lineStyle" in props:  # the threshold line
+                    style = {"color": "red", "linestyle": "--", "linewidth": 1}
+                if "max" in props and axis is ax:
+                    ax.set_ylim(props.get("min", 0), props["max"])
                 for s in series[:12]:
                     xs = [float(v[0]) - start for v in s["values"]]
                     ys = [float(v[1]) for v in s["values"]]
-                    style = {"alpha": 0.35, "linestyle": ":"} if overridden else {}
                     axis.plot(xs, ys, label=_legend(t.get("legendFormat", ""), s["metric"]), **style)
             handles, labels = ax.get_legend_handles_labels()
             if right is not None:
@@ -85,6 +88,15 @@ def render_dashboard(
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
+
+
+def _override_properties(panel: dict, ref: str) -> dict[str, Any]:
+    """Field override properties of one query (by refId), as Grafana applies them."""
+    props: dict[str, Any] = {}
+    for o in panel.get("fieldConfig", {}).get("overrides", []):
+        if o["matcher"].get("id") == "byFrameRefID" and o["matcher"].get("options") == ref:
+            props.update({p["id"]: p.get("value") for p in o["properties"]})
+    return props
 
 
 def _heatmap(ax: Any, series: list[dict], start: float) -> None:

@@ -89,13 +89,79 @@ def test_every_alert_has_firing_and_silent_unit_tests():
 
 
 def test_quality_alerts_have_min_sample_count_and_few_sample_tests():
-    """Quality alerts require a sample count, and their tests include a pipeline with too few samples."""
+    """Quality alerts read means qualified by a sample count in each window; tests have too-few-samples cases."""
     text = "\n".join(p.read_text() for p in RULE_TESTS)
+    enough = [r for r in all_rules() if r.get("record") == "ragtrace:eval_score:mean_enough"]
+    assert {r["labels"]["window"] for r in enough} == {"fast", "slow"}
+    for rule, window in zip(enough, ("5m", "1h")):
+        assert re.fullmatch(
+            rf"ragtrace:eval_score:mean{window} and on \(metric, pipeline, judge\) ragtrace:eval_score:count{window} >= \d+",
+            rule["expr"].strip(),
+        ), rule["expr"]
     for rule in alerts():
-        if not rule["alert"].startswith(("RagFaithfulness", "RagQuality", "RagHallucination")):
-            continue
-        assert re.search(r"ragtrace:eval_score:count1h[^\n]*>= \d+", rule["expr"]), rule["alert"]
+        if rule["alert"].startswith(("RagFaithfulness", "RagQuality")):
+            assert "ragtrace:eval_score:worst_mean" in rule["expr"], rule["alert"]
     assert 'pipeline="tiny"' in text  # the few-samples pipeline that must stay silent
+    assert 'pipeline="quiet"' in text  # too few for the fast window, enough for the slow one
+
+
+def test_one_page_per_incident():
+    """Hallucination (1 - faithfulness) never pages on its own; faithfulness is the one quality page."""
+    pages = {r["alert"] for r in alerts() if r["labels"]["severity"] == "page"}
+    assert pages == {"RagFaithfulnessLow", "RagFaithfulnessDropped", "RagEvaluationsStalled"}
+    for rule in alerts():
+        if rule["labels"]["severity"] == "page":
+            assert "hallucination" not in rule["expr"], rule["alert"]
+
+
+def _threshold_rows() -> list[dict]:
+    return [r for r in all_rules() if r.get("record") == "ragtrace:eval_score:threshold_table"]
+
+
+def test_thresholds_table():
+    """One default row per metric; direction as the metric's; `le` is the bucket label of the same number."""
+    from prometheus_client.utils import floatToGoString
+
+    from ragtrace_collector.exporter.prometheus import SCORE_BUCKETS
+    from ragtrace_collector.scoring.metrics import METRICS
+
+    rows = _threshold_rows()
+    defaults = [r["labels"]["metric"] for r in rows if "pipeline" not in r["labels"]]
+    assert len(defaults) == len(set(defaults)) and "faithfulness" in defaults and "hallucination" in defaults
+    for row in rows:
+        labels = row["labels"]
+        value = float(re.fullmatch(r"vector\(([0-9.]+)\)", row["expr"]).group(1))
+        assert value in SCORE_BUCKETS, f"{labels}: not a bucket edge of ragtrace_eval_score"
+        assert labels["le"] == floatToGoString(value), labels
+        metric = METRICS[labels["metric"]]
+        assert labels["direction"] == ("higher_is_better" if metric.higher_is_better else "lower_is_better"), labels
+    by_metric = {r["labels"]["metric"]: float(r["expr"][7:-1]) for r in rows if "pipeline" not in r["labels"]}
+    assert by_metric["hallucination"] == round(1 - by_metric["faithfulness"], 2)  # one condition, two names
+
+
+def test_every_alert_has_a_runbook_in_the_repo():
+    for rule in alerts():
+        url = rule["annotations"].get("runbook_url")
+        assert url == f"docs/runbooks/{rule['alert']}.md", rule["alert"]
+        text = (GRAFANA.parent / url).read_text()
+        assert text.startswith(f"# {rule['alert']} ({rule['labels']['severity']})"), url
+        assert "**What it means.**" in text and "**First three things to look at**" in text, url
+        assert re.search(r"^1\. .*^2\. .*^3\. ", text, re.S | re.M), f"{url}: three numbered steps"
+
+
+def test_time_to_page_in_the_header_is_what_promtool_measures():
+    """The header's "time to page" of each quality alert: silent a minute before, firing at it (collapse at 3h)."""
+    header = (PROM_DIR / "rules" / "ragtrace.rules.yml").read_text().split("groups:")[0]
+    stated = dict(re.findall(r"^#   (Rag\w+) .* (\d+) min", header, re.M))
+    assert set(stated) == {"RagFaithfulnessLow", "RagFaithfulnessDropped", "RagQualityLow", "RagQualityDropped"}
+    cases = {}
+    for path in RULE_TESTS:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                cases.setdefault((case["alertname"], case["eval_time"]), []).append(bool(case.get("exp_alerts")))
+    for name, minutes in stated.items():
+        assert True in cases.get((name, f"3h{int(minutes)}m"), []), f"{name}: no firing test at 3h{minutes}m"
+        assert False in cases.get((name, f"3h{int(minutes) - 1}m"), []), f"{name}: no silent test a minute before"
 
 
 def test_stalled_evaluations_alert_is_tested_firing():

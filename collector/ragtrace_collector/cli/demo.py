@@ -47,6 +47,7 @@ SHOWN_METRICS = ("faithfulness", "hallucination", "answer_relevancy", "context_p
 # Shipped rule windows -> demo windows, so a drop shows up as an alert within a few minutes.
 DEMO_WINDOWS = {
     "[1h]": "[1m]",
+    "[5m]": "[30s]",  # the fast window of the multi-window alerts
     "offset 1h": "offset 1m",
     "[7d]": "[10m]",
     "[15m]": "[2m]",
@@ -218,6 +219,13 @@ class CollectorProcess(ChildProcess):
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def explorer_url(self) -> str:
+        """The records explorer (served on the /metrics port)."""
+        from ragtrace_collector.explorer import EXPLORER_PATH
+
+        return f"http://127.0.0.1:{self.metrics_port}{EXPLORER_PATH}"
 
     @property
     def otlp_http_endpoint(self) -> str:
@@ -602,7 +610,9 @@ def run(args: argparse.Namespace) -> int:
         children.append(collector)
         console.print(f"starting the collector (pid {collector.pid}, log {collector.log_path}) ...")
         collector.wait_ready(abort=stop.is_set)
+        console.print(f"records explorer: {collector.explorer_url}", highlight=False, soft_wrap=True)
         urls = {
+            "records explorer": collector.explorer_url,
             "/metrics": collector.metrics_url,
             "OTLP": f"{collector.otlp_http_endpoint} (http), {collector.otlp_grpc_endpoint} (grpc)",
         }

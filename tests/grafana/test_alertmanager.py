@@ -1,0 +1,120 @@
+"""deploy/alertmanager.yml in a real Alertmanager: one incident is one page.
+
+The alerts a faithfulness collapse raises (see grafana/prometheus/tests/quality_alerts.test.yml) are
+posted as Prometheus would; the ones the page already explains must come back suppressed, the rest active.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.binaries import require
+from tests.support.net import free_port, wait_for_port
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "deploy" / "alertmanager.yml"
+
+
+def _alert(name: str, severity: str, **labels: str) -> dict:
+    now = datetime.now(UTC)
+    return {
+        "labels": {"alertname": name, "severity": severity, **labels},
+        "annotations": {"summary": name},
+        "startsAt": now.isoformat(),
+        "endsAt": (now + timedelta(minutes=10)).isoformat(),
+    }
+
+
+@pytest.fixture(scope="module")
+def alertmanager(tmp_path_factory):
+    binary = require("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
+    work = tmp_path_factory.mktemp("alertmanager")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={CONFIG}",
+            f"--storage.path={work}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _post(url: str, alerts: list[dict]) -> None:
+    req = urllib.request.Request(
+        url + "/api/v2/alerts", json.dumps(alerts).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    urllib.request.urlopen(req, timeout=5).close()
+
+
+def _states(url: str) -> dict[tuple[str, str, str], str]:
+    with urllib.request.urlopen(url + "/api/v2/alerts", timeout=5) as resp:
+        alerts = json.loads(resp.read())
+    return {
+        (a["labels"]["alertname"], a["labels"].get("metric", ""), a["labels"].get("pipeline", "")): a["status"]["state"]
+        for a in alerts
+    }
+
+
+def test_one_incident_one_page(alertmanager):
+    support = {"pipeline": "support", "judge": "local"}
+    _post(
+        alertmanager,
+        [
+            _alert("RagFaithfulnessLow", "page", metric="faithfulness", **support),
+            _alert("RagFaithfulnessDropped", "page", metric="faithfulness", **support),
+            _alert("RagQualityLow", "warning", metric="hallucination", **support),
+            # another pipeline, and another metric of the same pipeline: not explained by the page
+            _alert("RagFaithfulnessDropped", "page", metric="faithfulness", pipeline="docs-qa", judge="local"),
+            _alert("RagQualityLow", "warning", metric="context_precision", **support),
+            _alert("RagQualityDropped", "warning", metric="context_precision", **support),
+        ],
+    )
+    expected = {
+        ("RagFaithfulnessLow", "faithfulness", "support"): "active",
+        ("RagFaithfulnessDropped", "faithfulness", "support"): "suppressed",
+        ("RagQualityLow", "hallucination", "support"): "suppressed",
+        ("RagFaithfulnessDropped", "faithfulness", "docs-qa"): "active",
+        ("RagQualityLow", "context_precision", "support"): "active",
+        ("RagQualityDropped", "context_precision", "support"): "suppressed",
+    }
+    deadline = time.monotonic() + 20
+    while (states := _states(alertmanager)) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)  # the inhibitor learns of new source alerts asynchronously
+    assert states == expected
+
+
+def test_pages_of_one_pipeline_are_one_group():
+    """amtool's route test: every paging alert of a pipeline lands in one group keyed by the pipeline."""
+    amtool = require("amtool", "prometheus-alertmanager")
+    page = yaml.safe_load(CONFIG.read_text())["route"]["routes"][0]
+    assert page["matchers"] == ['severity="page"'] and page["group_by"] == ["pipeline"]
+    for name in ("RagFaithfulnessLow", "RagFaithfulnessDropped"):
+        argv = [amtool, "config", "routes", "test", f"--config.file={CONFIG}", "--verify.receivers=default"]
+        out = subprocess.run(
+            [*argv, f"alertname={name}", "severity=page", "pipeline=support"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
