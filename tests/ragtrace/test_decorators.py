@@ -332,7 +332,8 @@ def test_generator_reads_openai_shaped_response_and_messages(spans):
     assert list(a[A.GEN_AI_RESPONSE_FINISH_REASONS]) == ["stop"]
     assert a[A.OUTPUT_VALUE] == "Hello."
     assert a[A.message_attr(1, "role")] == "user" and a[A.message_attr(1, "content")] == "hi"
-    assert json.loads(a[A.GEN_AI_INPUT_MESSAGES])[0]["content"] == "be brief"
+    system = {"role": "system", "parts": [{"type": "text", "content": "be brief"}]}
+    assert json.loads(a[A.GEN_AI_INPUT_MESSAGES])[0] == system
     assert json.loads(a[A.RAGTRACE_CONTEXTS]) == ["ctx one"]
 
 
@@ -373,7 +374,7 @@ def test_sampled_out_requests_record_nothing_and_still_nest_context():
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-    from tests.ragtrace.conftest import _reset_settings
+    from tests.support.sdk import reset_settings
 
     exporter = InMemorySpanExporter()
     tp = TracerProvider(sampler=ALWAYS_OFF)
@@ -383,12 +384,12 @@ def test_sampled_out_requests_record_nothing_and_still_nest_context():
         assert rag("not sampled") == "Paris is the capital."
         assert exporter.get_finished_spans() == ()
     finally:
-        _reset_settings()
+        reset_settings()
         tp.shutdown()
 
 
 def test_default_endpoint_and_protocol(monkeypatch):
-    from tests.ragtrace.conftest import _reset_settings
+    from tests.support.sdk import reset_settings
 
     for k in (
         "RAGTRACE_ENDPOINT",
@@ -409,4 +410,4 @@ def test_default_endpoint_and_protocol(monkeypatch):
     finally:
         h.shutdown(1.0)
         g.shutdown(1.0)
-        _reset_settings()
+        reset_settings()

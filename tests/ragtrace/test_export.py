@@ -49,9 +49,9 @@ def sink():
 @pytest.fixture
 def restore_settings():
     yield
-    from tests.ragtrace.conftest import _reset_settings
+    from tests.support.sdk import reset_settings
 
-    _reset_settings()
+    reset_settings()
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

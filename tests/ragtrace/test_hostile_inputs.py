@@ -86,7 +86,7 @@ def test_usage_with_weird_types(spans):
 
 def test_values_otlp_cannot_carry_do_not_lose_the_export_batch(sink, monkeypatch):
     """An int beyond int64 or a dict with tuple keys once made the OTLP encoder drop the whole batch."""
-    from tests.ragtrace.conftest import _reset_settings
+    from tests.support.sdk import reset_settings
 
     for k in ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "RAGTRACE_CAPTURE_CONTENT"):
         monkeypatch.delenv(k, raising=False)
@@ -108,7 +108,7 @@ def test_values_otlp_cannot_carry_do_not_lose_the_export_batch(sink, monkeypatch
         got = {s["name"]: s["attributes"] for s in sink.wait_for_spans(2)}
     finally:
         handle.shutdown(5.0)
-        _reset_settings()
+        reset_settings()
     assert got["answer"][A.GEN_AI_USAGE_INPUT_TOKENS] == 3
     assert A.GEN_AI_USAGE_OUTPUT_TOKENS not in got["answer"]
     assert A.RERANKER_TOP_K not in got["rerank"]

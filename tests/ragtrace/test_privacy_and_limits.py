@@ -162,7 +162,7 @@ def test_sdk_span_limits_of_an_app_provider_still_apply():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tests.ragtrace.conftest import _reset_settings
+    from tests.support.sdk import reset_settings
 
     exporter = InMemorySpanExporter()
     tp = TracerProvider(span_limits=SpanLimits(max_attribute_length=10, max_span_attributes=12))
@@ -175,5 +175,5 @@ def test_sdk_span_limits_of_an_app_provider_still_apply():
         assert len(a) <= 12
         assert all(len(v) <= 10 for v in a.values() if isinstance(v, str))
     finally:
-        _reset_settings()
+        reset_settings()
         tp.shutdown()

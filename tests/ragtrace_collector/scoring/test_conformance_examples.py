@@ -19,7 +19,7 @@ from ragtrace_collector.scoring.judge import (
     StatementClassification,
 )
 from ragtrace_collector.scoring.options import ScoringOptions
-from tests.conftest import SHARED
+from tests.support.paths import SHARED
 
 SEED = SHARED / "conformance" / "seed-examples.jsonl"
 
