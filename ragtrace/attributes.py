@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # --- OpenInference -------------------------------------------------------------------------
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+OPENINFERENCE_PROJECT_NAME = "openinference.project.name"  # resource attribute: Phoenix's project
 SPAN_KIND_CHAIN = "CHAIN"
 SPAN_KIND_RETRIEVER = "RETRIEVER"
 SPAN_KIND_RERANKER = "RERANKER"
@@ -82,10 +83,10 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"  # JSON
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"  # JSON
-GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"  # JSON: parts
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
-GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"  # JSON: [{"id":..., "score":...}]
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"  # JSON: [{"id" or "content", "score"?}]
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 # Older (pre-1.37) names still emitted by OpenLLMetry / OpenLIT

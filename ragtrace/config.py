@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from . import safety
+from .attributes import OPENINFERENCE_PROJECT_NAME
 
 TRACER_NAME = "ragtrace"
 
@@ -565,10 +566,13 @@ def init(
         name = service_name or _env("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
         attrs = {"service.name": name, "telemetry.sdk.name.ragtrace": "ragtrace"}
         attrs.update(resource_attributes or {})
+        resource = Resource.create(attrs)
+        if OPENINFERENCE_PROJECT_NAME not in resource.attributes:  # else Phoenix files every app under "default"
+            resource = resource.merge(Resource({OPENINFERENCE_PROJECT_NAME: str(resource.attributes["service.name"])}))
         # Room for max_documents x 4 document fields plus the fixed attributes.
         limits = SpanLimits(max_span_attributes=max(128, s.max_documents * 8 + 64))
         # No at-exit shutdown of its own: it waits on the exporter's retries. The handle's is bounded.
-        provider = TracerProvider(resource=Resource.create(attrs), span_limits=limits, shutdown_on_exit=False)
+        provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False)
         owns = True
         explicit_export = True
 

@@ -37,11 +37,14 @@ from .recording import (
     _json,
     query_text,
     set_span_attributes,
+    split_model,
     write_contexts,
     write_documents,
     write_llm_response,
     write_messages,
+    write_prompt,
     write_retrieval_output,
+    write_system,
 )
 from .streaming import StreamProxy, StreamState, new_private_context, traced_async_generator, traced_generator
 from .usage import read_chunks, read_response
@@ -69,6 +72,7 @@ _MISSING = object()
 _SELF_NAMES = ("self", "cls")
 _QUERY_NAMES = ("query", "question", "user_input", "q", "input", "prompt", "query_str", "text")
 _MESSAGES_NAMES = ("messages",)
+_SYSTEM_NAMES = ("system", "system_prompt", "system_instructions", "instructions")
 _PROMPT_NAMES = ("prompt", "query", "question", "user_input", "input", "text")
 _CONTEXT_NAMES = (
     "contexts",
@@ -158,9 +162,7 @@ def _clean_static(v: Any) -> Any:
 
 
 def _provider_from_model(model: str | None) -> str | None:
-    if model and "/" in model:
-        return model.split("/", 1)[0]
-    return None
+    return split_model(model)[0] if model else None
 
 
 class _Spec:
@@ -201,7 +203,7 @@ class _Spec:
             fallback_first=role != A.ROLE_GENERATOR,
             self_like=self_like,
         )
-        self.messages = self.contexts = self.documents = self.model_ref = self.top_k_ref = None
+        self.messages = self.contexts = self.documents = self.model_ref = self.top_k_ref = self.system = None
         static: dict[str, Any] = {A.RAGTRACE_SPAN_ROLE: role}
         self.kind = SpanKind.INTERNAL
         if role == A.ROLE_PIPELINE:
@@ -232,7 +234,7 @@ class _Spec:
             static[A.GEN_AI_OPERATION_NAME] = operation or A.GEN_AI_OPERATION_CHAT
             if model:
                 static[A.GEN_AI_REQUEST_MODEL] = model
-                static[A.LLM_MODEL_NAME] = model
+                static[A.LLM_MODEL_NAME] = split_model(model)[1]
             else:
                 self.model_ref = _find(params, ("model", "model_name"), False, self_like)
             if self.provider:
@@ -245,6 +247,7 @@ class _Spec:
             self.contexts = _find(
                 params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES, False, self_like
             )
+            self.system = _find(params, _SYSTEM_NAMES, False, self_like)
         self.static = {k: _clean_static(v) for k, v in static.items()}
         self.is_pipeline = role == A.ROLE_PIPELINE
         self.self_like = self_like
@@ -284,6 +287,7 @@ class _Spec:
             text = query_text(q)
             if text is not None and capture:
                 w.text(A.INPUT_VALUE, text)
+                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
                 if role == A.ROLE_RETRIEVER:
                     attrs[A.GEN_AI_RETRIEVAL_QUERY_TEXT] = attrs.get(A.INPUT_VALUE, "")
                 elif role == A.ROLE_RERANKER:
@@ -307,30 +311,37 @@ class _Spec:
             if m is None and instance is not None:
                 m = getattr(instance, "model", None) or getattr(instance, "model_name", None)
             if isinstance(m, str) and m:
+                p, name = split_model(m)
                 attrs[A.GEN_AI_REQUEST_MODEL] = m
-                attrs[A.LLM_MODEL_NAME] = m
-                if self.provider is None:
-                    p = _provider_from_model(m)
-                    if p:
-                        attrs[A.GEN_AI_PROVIDER_NAME] = p
-                        attrs[A.LLM_PROVIDER] = p
+                attrs[A.LLM_MODEL_NAME] = name
+                if self.provider is None and p:
+                    attrs[A.GEN_AI_PROVIDER_NAME] = p
+                    attrs[A.LLM_PROVIDER] = p
         if not capture:
             return
-        msgs = self.messages.get(bound, args, kwargs) if self.messages is not None else None
-        if msgs is not None:
-            write_messages(w, msgs)
-            if isinstance(msgs, (list, tuple)):
-                w.text(A.INPUT_VALUE, attrs.get(A.GEN_AI_INPUT_MESSAGES, ""))
-                attrs[A.INPUT_MIME_TYPE] = A.MIME_JSON
-        elif q is not None:
-            text = query_text(q)
-            if text is not None:
-                w.text(A.INPUT_VALUE, text)
-                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
+        contexts: list[str] = []
+        encoded: list[str] = []
         if self.contexts is not None:
             c = self.contexts.get(bound, args, kwargs)
             if c is not None:
-                write_contexts(w, c, s.max_documents)
+                contexts, encoded = write_contexts(w, c, s.max_documents)
+        first = 0
+        if self.system is not None:
+            system = self.system.get(bound, args, kwargs)
+            if isinstance(system, str) and system:
+                first = write_system(w, system)
+        msgs = self.messages.get(bound, args, kwargs) if self.messages is not None else None
+        if isinstance(msgs, (list, tuple)):
+            if write_messages(w, msgs, first):
+                w.put(A.INPUT_VALUE, attrs[A.GEN_AI_INPUT_MESSAGES])
+                attrs[A.INPUT_MIME_TYPE] = A.MIME_JSON
+        else:
+            text = query_text(q) if q is not None else None
+            if text is not None:
+                w.text(A.INPUT_VALUE, text)
+                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
+            # the model's input as the app gave it (the contexts, the prompt), where no messages show it
+            write_prompt(w, attrs.get(A.INPUT_VALUE) if text is not None else None, contexts, encoded, first)
 
     # --- call end ---------------------------------------------------------------------------
     def output_attributes(self, result: Any, w: AttrWriter) -> dict:

@@ -119,6 +119,61 @@ class AttrWriter:
         self.left = left - n
         self.attrs[key] = s
 
+    def clean(self, s: str) -> str | None:
+        """``s`` redacted and cut to the attribute cap, not yet charged to the span budget (text that goes
+        into a JSON value); None when the redaction hook failed, so the text must not leave."""
+        r = self.redact
+        if r is not None:
+            try:
+                s = r(s)
+                if type(s) is not str:
+                    raise TypeError(f"redaction hook returned {type(s).__name__}, not str")
+            except BaseException as exc:  # a broken hook must not leak unredacted text
+                safety.reraise_interrupt(exc)
+                safety.report("redact", exc)
+                self.truncated = True
+                return None
+        if len(s) > self.max_len:
+            s = s[: self.max_len]
+            self.truncated = True
+        return s
+
+    def put(self, key: str, s: str) -> None:
+        """Write text already made clean by :meth:`clean`, charged to the span budget."""
+        n = len(s)
+        left = self.left
+        if n > left:
+            self.truncated = True
+            if left <= 0:
+                return
+            s = s[:left]
+            n = left
+        self.left = left - n
+        self.attrs[key] = s
+
+    def json_value(self, key: str, value: Any, texts: list[tuple[dict, str]]) -> bool:
+        """Write ``value`` as JSON, whole, within the attribute cap and the span budget.
+
+        A cut JSON string is unreadable, so when it is too long the texts at ``texts`` (``(dict, key)``
+        places inside ``value``) are shortened instead; when even that cannot fit, nothing is written."""
+        limit = min(self.max_len, self.left)
+        s = _json(value)
+        for _ in range(4):
+            excess = len(s) - limit
+            if excess <= 0:
+                self.left -= len(s)
+                self.attrs[key] = s
+                return True
+            self.truncated = True
+            total = sum(len(d[k]) for d, k in texts)
+            if total == 0:
+                break
+            keep = max(0.0, 1.0 - (excess + 16) / total)
+            for d, k in texts:
+                d[k] = d[k][: int(len(d[k]) * keep)]
+            s = _json(value)
+        return False
+
     def finish(self) -> dict:
         if self.truncated:
             self.attrs[A.RAGTRACE_TRUNCATED] = True
@@ -170,47 +225,170 @@ def write_documents(w: AttrWriter, prefix: str, result: Any, limit: int) -> tupl
     return docs, total
 
 
-def _summary_entry(d: Doc) -> str:
-    """One ``gen_ai.retrieval.documents`` entry: id and score, when known (scores are finite floats)."""
-    score = d.score
-    if d.id is not None:
-        did = _json_str(d.id)
-        return f'{{"id":{did},"score":{score!r}}}' if score is not None else f'{{"id":{did}}}'
-    return f'{{"score":{score!r}}}' if score is not None else "{}"
-
-
 def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
-    """The retriever's documents (OpenInference) plus the GenAI summary and the total count."""
+    """The retriever's documents (OpenInference), the total count, and the GenAI summary: per document its id,
+    else its recorded content, and its score when known. No summary when a document has neither id nor recorded
+    content: an entry naming no document (``{}``, ``{"score": ...}``) makes readers drop the whole list."""
     docs, total = write_documents(w, A.RETRIEVAL_DOCUMENTS, result, limit)
     attrs = w.attrs
-    attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = "[" + ",".join([_summary_entry(d) for d in docs]) + "]"
     attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
+    entries = []
+    text = 0  # characters of content the summary repeats: charged to the span's text budget
+    for i, d in enumerate(docs):
+        did = d.id
+        if did is not None:
+            head = '{"id":' + _json_str(did)
+        else:
+            content = attrs.get(doc_keys(A.RETRIEVAL_DOCUMENTS, i + 1)[i][1])  # redacted and capped already
+            if content is None:
+                return
+            text += len(content)
+            head = '{"content":' + _json_str(content)
+        score = d.score
+        entries.append(f'{head},"score":{score!r}}}' if score is not None else head + "}")
+    summary = "[" + ",".join(entries) + "]"
+    if len(summary) <= w.max_len and text <= w.left:
+        w.left -= text
+        attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = summary
+    else:  # never cut: a cut JSON list is unreadable
+        w.truncated = True
 
 
-def write_messages(w: AttrWriter, messages: Any) -> None:
+# LangChain message types -> chat roles (other types are kept as they are)
+_ROLE_OF_TYPE = {"human": "user", "ai": "assistant"}
+
+
+def _get(m: Any, key: str) -> Any:
+    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+
+def _role(m: Any) -> str:
+    role = _get(m, "role")
+    if role is None:
+        kind = _get(m, "type")
+        role = _ROLE_OF_TYPE.get(kind, kind) if isinstance(kind, str) else None
+    return str(role) if role is not None else "user"
+
+
+class _Messages:
+    """GenAI ``role`` + ``parts`` messages being built, and where their texts are (for
+    :meth:`AttrWriter.json_value`, which shortens texts rather than cut the JSON)."""
+
+    __slots__ = ("messages", "texts", "w")
+
+    def __init__(self, w: AttrWriter) -> None:
+        self.w = w
+        self.messages: list[dict] = []
+        self.texts: list[tuple[dict, str]] = []
+
+    def part(self, parts: list, kind: str, key: str, text: str, **extra: Any) -> str | None:
+        """Append a part holding ``text`` (cleaned) under ``key``; returns the clean text (None if it may not leave)."""
+        clean = self.w.clean(text)
+        if clean is not None:
+            p = {"type": kind, **extra, key: clean}
+            parts.append(p)
+            self.texts.append((p, key))
+        return clean
+
+    def add(self, m: Any) -> str | None:
+        """Add one chat message (dict or object, OpenAI or LangChain shape); returns its text for OpenInference."""
+        role = _role(m)
+        parts: list[dict] = []
+        content = _get(m, "content")
+        texts: list[str] = []
+        if role == "tool" and content is not None:
+            text = content if isinstance(content, str) else _json(content)
+            t = self.part(parts, "tool_call_response", "response", text, id=_str_or_none(_get(m, "tool_call_id")))
+            if t is not None:
+                texts.append(t)
+        elif isinstance(content, str):
+            t = self.part(parts, "text", "content", content)
+            if t is not None:
+                texts.append(t)
+        elif isinstance(content, (list, tuple)):  # OpenAI content parts
+            for item in content:
+                if isinstance(item, str):
+                    t = self.part(parts, "text", "content", item)
+                elif isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+                    t = self.part(parts, "text", "content", item["text"])
+                else:
+                    kind = item.get("type") if isinstance(item, dict) else None
+                    self.part(parts, str(kind) if kind else "unknown", "content", _json(item))
+                    continue
+                if t is not None:
+                    texts.append(t)
+        elif content is not None:
+            t = self.part(parts, "text", "content", _json(content))
+            if t is not None:
+                texts.append(t)
+        for call in _get(m, "tool_calls") or ():
+            fn = _get(call, "function")
+            name = _get(fn, "name") if fn is not None else _get(call, "name")
+            if isinstance(name, str):
+                args = _get(fn, "arguments") if fn is not None else _get(call, "args")
+                args_text = args if isinstance(args, str) else _json(args)
+                self.part(parts, "tool_call", "arguments", args_text, id=_str_or_none(_get(call, "id")), name=name)
+        self.messages.append({"role": role, "parts": parts})
+        return "\n".join(texts) if texts else None
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if v is None or isinstance(v, str) else str(v)
+
+
+def _write_oi_message(w: AttrWriter, i: int, role: str, text: str | None) -> None:
+    w.attrs[A.message_attr(i, "role")] = role
+    if text is not None:
+        w.put(A.message_attr(i, "content"), text)
+
+
+def write_system(w: AttrWriter, system: str) -> int:
+    """Instructions given apart from the chat history: ``gen_ai.system_instructions`` (GenAI) and a first
+    ``system`` message (OpenInference has no other place); returns how many OpenInference messages it wrote."""
+    b = _Messages(w)
+    parts: list[dict] = []
+    clean = b.part(parts, "text", "content", system)
+    if clean is None:
+        return 0
+    w.json_value(A.GEN_AI_SYSTEM_INSTRUCTIONS, parts, b.texts)
+    _write_oi_message(w, 0, "system", clean)
+    return 1
+
+
+def write_messages(w: AttrWriter, messages: Any, first: int = 0) -> bool:
+    """Chat messages as the app passed them: ``llm.input_messages`` and ``gen_ai.input.messages`` (role + parts)."""
     if not isinstance(messages, (list, tuple)):
-        return
-    attrs = w.attrs
+        return False
+    b = _Messages(w)
     for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else getattr(m, "role", None)
-        content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
-        if role is not None:
-            attrs[A.message_attr(i, "role")] = str(role)
-        if content is not None:
-            w.text(A.message_attr(i, "content"), content if isinstance(content, str) else _json(content))
-    w.text(
-        A.GEN_AI_INPUT_MESSAGES,
-        _json(
-            [
-                m if isinstance(m, dict) else {"role": getattr(m, "role", None), "content": getattr(m, "content", None)}
-                for m in messages
-            ]
-        ),
-    )
+        text = b.add(m)
+        _write_oi_message(w, first + i, b.messages[-1]["role"], text)
+    return w.json_value(A.GEN_AI_INPUT_MESSAGES, b.messages, b.texts)
 
 
-def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
+def write_prompt(w: AttrWriter, prompt: str | None, contexts: list[str], encoded: list[str], first: int = 0) -> None:
+    """A generator given a prompt (and contexts) rather than messages: one user message, the contexts as the
+    app passed them then the prompt, so readers see what the model was given. Texts arrive already clean,
+    the contexts with their JSON literals (``encoded``)."""
+    texts = [*contexts, prompt] if prompt is not None else contexts
+    if not texts:
+        return
+    _write_oi_message(w, first, "user", "\n\n".join(texts))
+    literals = [*encoded, _json_str(prompt)] if prompt is not None else encoded
+    s = '[{"role":"user","parts":[' + ",".join(['{"type":"text","content":' + e + "}" for e in literals]) + "]}]"
+    if len(s) <= w.max_len and len(s) <= w.left:  # the usual case, without encoding the texts again
+        w.left -= len(s)
+        w.attrs[A.GEN_AI_INPUT_MESSAGES] = s
+        return
+    parts = [{"type": "text", "content": t} for t in texts]
+    w.json_value(A.GEN_AI_INPUT_MESSAGES, [{"role": "user", "parts": parts}], [(p, "content") for p in parts])
+
+
+def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> tuple[list[str], list[str]]:
+    """``ragtrace.generator.contexts``; returns the texts, redacted and capped (none if the hook failed), and
+    their JSON string literals (encoded once: they are written again as the generator's input)."""
     texts = texts_of(contexts, limit)
+    encoded: list[str] = []
     if texts:
         r = w.redact
         if r is not None:
@@ -222,7 +400,7 @@ def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
                 safety.reraise_interrupt(exc)
                 safety.report("redact", exc)
                 w.truncated = True
-                return
+                return [], []
         cap = w.max_len
         if any(len(t) > cap for t in texts):
             texts = [t[:cap] for t in texts]
@@ -230,9 +408,11 @@ def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
         # already redacted: charge the budget without running the hook twice
         saved, w.redact = w.redact, None
         try:
-            w.text(A.RAGTRACE_CONTEXTS, _json(texts))
+            encoded = [_json_str(t) for t in texts]
+            w.text(A.RAGTRACE_CONTEXTS, "[" + ",".join(encoded) + "]")
         finally:
             w.redact = saved
+    return texts, encoded
 
 
 def write_usage(attrs: dict, usage: Usage | None) -> None:
@@ -248,11 +428,39 @@ def write_usage(attrs: dict, usage: Usage | None) -> None:
         attrs[A.LLM_TOKEN_COUNT_TOTAL] = usage.total_tokens
 
 
+# litellm's routing prefixes (``openai/gpt-4o-mini``): the provider, not part of the model's name. Only these
+# are split off: in ``meta-llama/Llama-3-8B`` the prefix is part of the model id a server serves.
+# fmt: off
+LITELLM_PROVIDERS = frozenset(
+    {
+        "openai", "text-completion-openai", "custom_openai", "azure", "azure_ai", "azure_text", "anthropic", "bedrock",
+        "bedrock_converse", "sagemaker", "vertex_ai", "vertex_ai_beta", "gemini", "palm", "cohere", "cohere_chat",
+        "mistral", "codestral", "groq", "together_ai", "fireworks_ai", "deepinfra", "deepseek", "perplexity",
+        "openrouter", "anyscale", "huggingface", "replicate", "ollama", "ollama_chat", "hosted_vllm", "vllm",
+        "lm_studio", "xai", "cerebras", "sambanova", "databricks", "watsonx", "watsonx_text", "nvidia_nim", "ai21",
+        "ai21_chat", "cloudflare", "friendliai", "github", "litellm_proxy", "predibase", "clarifai", "baseten",
+        "triton", "dashscope", "moonshot", "novita", "nebius", "llamafile", "featherless_ai", "meta_llama"
+    }
+)
+# fmt: on
+
+
+def split_model(model: str) -> tuple[str | None, str]:
+    """``(provider, model name)`` of a litellm model string; ``(None, model)`` without a known prefix."""
+    head, sep, rest = model.partition("/")
+    if sep and rest and head in LITELLM_PROVIDERS:
+        return head, rest
+    return None, model
+
+
 def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
+    """What the model answered. The finish reason is the model's own, or absent: a stream that was abandoned
+    or raised did not "stop" (the error itself is the span's status)."""
     attrs = w.attrs
     if info.model:
-        attrs[A.GEN_AI_RESPONSE_MODEL] = info.model
-        attrs.setdefault(A.LLM_MODEL_NAME, info.model)
+        served = split_model(info.model)[1]
+        attrs[A.GEN_AI_RESPONSE_MODEL] = served
+        attrs[A.LLM_MODEL_NAME] = served
     if info.response_id:
         attrs[A.GEN_AI_RESPONSE_ID] = info.response_id
     if info.finish_reasons:
@@ -260,16 +468,15 @@ def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
     write_usage(attrs, info.usage)
     if w.capture and info.text is not None:
         w.text(A.OUTPUT_VALUE, info.text)
+        out = attrs.get(A.OUTPUT_VALUE)
+        if out is None:
+            return
         attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
-        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
-            [
-                {
-                    "role": "assistant",
-                    "parts": [{"type": "text", "content": attrs.get(A.OUTPUT_VALUE, "")}],
-                    "finish_reason": info.finish_reasons[0] if info.finish_reasons else "stop",
-                }
-            ]
-        )
+        part = {"type": "text", "content": out}
+        message: dict[str, Any] = {"role": "assistant", "parts": [part]}
+        if info.finish_reasons:
+            message["finish_reason"] = info.finish_reasons[0]
+        w.json_value(A.GEN_AI_OUTPUT_MESSAGES, [message], [(part, "content")])
 
 
 def set_span_attributes(span: Any, attrs: dict) -> None:
