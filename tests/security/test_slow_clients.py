@@ -16,46 +16,15 @@ import struct
 import aiohttp
 import grpc
 import pytest
-from prometheus_client import CollectorRegistry
 
-from ragtrace_collector.processor.assembly.assembler import Assembler
-from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
-from ragtrace_collector.receiver.ingest import Ingestor
-from ragtrace_collector.receiver.otlp_grpc import SERVICE, OtlpGrpcReceiver
-from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
-from ragtrace_collector.telemetry.ingest import IngestMetrics
+from ragtrace_collector.receiver.otlp_grpc import SERVICE
 from tests.support import span_fixtures as F
+from tests.support.receiver_stack import ServedStack as Served
 
 PB = {"Content-Type": "application/x-protobuf"}
 READ_TIMEOUT = 1.0  # the tests' header/body grace (the default is longer; same mechanism)
 TRICKLE = 0.25  # seconds between two bytes of a slow client: well inside READ_TIMEOUT, far below any byte rate
 SLOW = 24  # slow clients per attack: more than the default admission slots (16)
-
-
-class Served:
-    """Ingestor → assembler, with both receivers on loopback ports."""
-
-    def __init__(self, **ingestor_kw) -> None:
-        self.registry = CollectorRegistry()
-        self.metrics = IngestMetrics(self.registry)
-        self.assembler = Assembler(InMemoryAssemblyState(grace_seconds=0.0), observer=self.metrics)
-        self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)
-        self.http = OtlpHttpReceiver(self.ingestor)
-        self.grpc = OtlpGrpcReceiver(self.ingestor)
-
-    async def start(self) -> Served:
-        await self.http.start("127.0.0.1", 0)
-        await self.grpc.start("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.http.port}/v1/traces"
-        return self
-
-    async def stop(self) -> None:
-        await self.http.stop()
-        await self.grpc.stop(grace=None)
-
-    def requests(self, transport: str, status: str) -> float:
-        sample = {"transport": transport, "status": status}
-        return self.registry.get_sample_value("ragtrace_otlp_requests_total", sample) or 0.0
 
 
 @pytest.fixture

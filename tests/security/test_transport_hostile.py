@@ -12,48 +12,13 @@ import logging
 import aiohttp
 import grpc
 import pytest
-from prometheus_client import CollectorRegistry
 
-from ragtrace_collector.processor.assembly.assembler import Assembler
-from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
-from ragtrace_collector.receiver.ingest import Ingestor
-from ragtrace_collector.receiver.otlp_grpc import SERVICE, OtlpGrpcReceiver
-from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
-from ragtrace_collector.telemetry.ingest import IngestMetrics
+from ragtrace_collector.receiver.otlp_grpc import SERVICE
 from tests.support import span_fixtures as F
+from tests.support.receiver_stack import ServedStack as Served
 
 PB = {"Content-Type": "application/x-protobuf"}
 TOKEN = "s3cret"
-
-
-class Served:
-    """Ingestor → assembler, with both receivers on loopback ports."""
-
-    def __init__(self, **ingestor_kw) -> None:
-        self.registry = CollectorRegistry()
-        self.metrics = IngestMetrics(self.registry)
-        self.assembler = Assembler(InMemoryAssemblyState(grace_seconds=0.0), observer=self.metrics)
-        self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)
-        self.http = OtlpHttpReceiver(self.ingestor)
-        self.grpc = OtlpGrpcReceiver(self.ingestor)
-
-    async def start(self) -> Served:
-        await self.http.start("127.0.0.1", 0)
-        await self.grpc.start("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.http.port}/v1/traces"
-        self.target = f"127.0.0.1:{self.grpc.port}"
-        return self
-
-    async def stop(self) -> None:
-        await self.http.stop()
-        await self.grpc.stop(grace=None)
-
-    def requests(self, transport: str, status: str) -> float:
-        sample = {"transport": transport, "status": status}
-        return self.registry.get_sample_value("ragtrace_otlp_requests_total", sample) or 0.0
-
-    def spans(self, transport: str) -> float:
-        return self.registry.get_sample_value("ragtrace_spans_received_total", {"transport": transport}) or 0.0
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
+from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
 from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 
@@ -37,3 +39,23 @@ class Stack:
 
     def records(self) -> list[RagRecord]:
         return self.assembler.collect(everything=True)
+
+
+class ServedStack(Stack):
+    """A :class:`Stack` with both OTLP receivers on loopback ports: ``url`` (HTTP) and ``target`` (gRPC)."""
+
+    def __init__(self, assembly: dict[str, Any] | None = None, **ingestor_kw: Any) -> None:
+        super().__init__(assembly, **ingestor_kw)
+        self.http = OtlpHttpReceiver(self.ingestor)
+        self.grpc = OtlpGrpcReceiver(self.ingestor)
+
+    async def start(self) -> ServedStack:
+        await self.http.start("127.0.0.1", 0)
+        await self.grpc.start("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.http.port}/v1/traces"
+        self.target = f"127.0.0.1:{self.grpc.port}"
+        return self
+
+    async def stop(self) -> None:
+        await self.http.stop()
+        await self.grpc.stop(grace=None)
