@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test test-unit test-deps test-peers lint bench
+.PHONY: install demo test test-unit test-deps test-peers test-phoenix lint bench
 
 install:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
@@ -32,6 +32,13 @@ test-unit: install
 test-peers: install
 	bash scripts/peers/build.sh
 	$(PY) scripts/peers/live.py
+
+# Scores in a real Arize Phoenix: build .phoenix-venv (arize-phoenix from the package index, pinned in
+# scripts/phoenix/requirements.txt) and run the test that serves it on loopback, annotates the scored spans
+# and reads them back. In `make test` that test skips while .phoenix-venv is absent.
+test-phoenix: install
+	bash scripts/phoenix/build.sh
+	$(PY) -m pytest -q tests/ragtrace_collector/exporter/test_phoenix_live.py $(PYTEST_ARGS)
 
 test-deps:
 	@bash scripts/install_test_deps.sh --require

@@ -3,10 +3,12 @@
 
 Runs the real ``LocalJudge`` the way the faithfulness metric does (claims, then one verdict per
 claim) and reports response-level balanced accuracy and AUROC with hallucinated = faithfulness < 1,
-plus records/s (model load excluded; one record at a time, as the collector's worker does).
+AUROC of P(supported) per claim against RAGTruth's span labels, a per-generator breakdown, records/s
+(model load excluded; one record at a time, as the collector's worker does), the load time and RSS.
 
     python3 scripts/eval_local_judge.py --data ../shared/data
     python3 scripts/eval_local_judge.py --embeddings         # the claim model with embedding features
+    python3 scripts/eval_local_judge.py --model cascade      # features, then the cross-encoder where unsure
     python3 scripts/eval_local_judge.py --fp32-python /tmp/fp32-venv/bin/python --fp32-model DIR
 
 ``--fp32-*`` compares the int8 ONNX embeddings with the fp32 PyTorch model (sentence-transformers'
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -32,7 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from train_local_judge import HALUEVAL, RAGTRUTH, auroc, balanced_accuracy, load, split_of  # noqa: E402
+from train_local_judge import (  # noqa: E402
+    HALUEVAL,
+    RAGTRUTH,
+    auroc,
+    balanced_accuracy,
+    claim_labels,
+    load,
+    split_of,
+)
 
 from ragtrace_collector.scoring.judges.local import LocalJudge  # noqa: E402
 from ragtrace_collector.scoring.judges.local import text as T  # noqa: E402
@@ -56,8 +67,23 @@ json.dump(out, open(dst, "w"))
 """
 
 
+def _rates(y: np.ndarray, f: np.ndarray, min_conf: np.ndarray) -> dict:
+    pred = (f < 1).astype(int)
+    return {
+        "scored": len(y),
+        "hallucinated": int(y.sum()),
+        "balanced_accuracy": round(100 * balanced_accuracy(y, pred), 2),
+        "auroc_faithfulness": round(auroc(y, 1 - f), 4),
+        "auroc_min_p_supported": round(auroc(y, 1 - min_conf), 4),
+        "recall_hallucinated": round(float(pred[y == 1].mean()), 4) if (y == 1).any() else float("nan"),
+        "specificity": round(float(1 - pred[y == 0].mean()), 4) if (y == 0).any() else float("nan"),
+    }
+
+
 async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
-    labels, faithfulness, min_conf, skipped = [], [], [], 0
+    labels, faithfulness, min_conf, skipped, generators = [], [], [], 0, []
+    claim_p: list[float] = []
+    claim_y: list[int] = []
     start = time.perf_counter()
     for row in rows:
         claims = await judge.extract_claims(row["user_input"], row["response"])
@@ -66,25 +92,58 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
             continue
         verdicts = await judge.verify_claims(claims, row["retrieved_contexts"], row["user_input"])
         labels.append(int(row["hallucinated"]))
+        generators.append(str(row.get("generator_model") or "unknown"))
         faithfulness.append(sum(v.verdict == "yes" for v in verdicts) / len(verdicts))
         min_conf.append(min(v.confidence for v in verdicts))
+        if row.get("spans") is not None:  # claim labels: RAGTruth's hallucinated spans (the judge's own claims)
+            spans = T.claims(row["response"])
+            if [c.text for c in spans] == list(claims):
+                for label, v in zip(claim_labels(row, spans), verdicts):
+                    if label is not None:
+                        claim_y.append(1 - int(label))  # 1 = unsupported
+                        claim_p.append(float(v.confidence))
     elapsed = time.perf_counter() - start
     y = np.asarray(labels)
     f = np.asarray(faithfulness)
-    pred = (f < 1).astype(int)
-    return {
-        "records": len(rows),
-        "scored": len(labels),
-        "skipped_no_claims": skipped,
-        "hallucinated": int(y.sum()),
-        "balanced_accuracy": round(100 * balanced_accuracy(y, pred), 2),
-        "auroc_faithfulness": round(auroc(y, 1 - f), 4),
-        "auroc_min_p_supported": round(auroc(y, 1 - np.asarray(min_conf)), 4),
-        "recall_hallucinated": round(float(pred[y == 1].mean()), 4),
-        "specificity": round(float(1 - pred[y == 0].mean()), 4),
-        "seconds": round(elapsed, 2),
-        "records_per_second": round(len(rows) / elapsed, 1),
-    }
+    mc = np.asarray(min_conf)
+    out: dict = {"records": len(rows), "skipped_no_claims": skipped}
+    out.update(_rates(y, f, mc))
+    if claim_y:
+        cy, cp = np.asarray(claim_y), np.asarray(claim_p)
+        out["claims_labelled"] = len(cy)
+        out["claim_auroc_p_supported"] = round(auroc(cy, 1 - cp), 4)
+        out["reliability"] = reliability(cp, 1 - cy)
+    gens = np.asarray(generators)
+    if len(set(generators)) > 1:
+        out["per_generator"] = {g: _rates(y[gens == g], f[gens == g], mc[gens == g]) for g in sorted(set(generators))}
+    out["seconds"] = round(elapsed, 2)
+    out["records_per_second"] = round(len(rows) / elapsed, 1)
+    return out
+
+
+def reliability(p: np.ndarray, supported: np.ndarray, bins: int = 10) -> list[dict]:
+    """Reliability diagram as rows: per bin of P(supported), the claims, the mean P and the supported share."""
+    rows = []
+    edges = np.linspace(0, 1, bins + 1)
+    for lo, hi in itertools.pairwise(edges):
+        keep = (p >= lo) & ((p < hi) if hi < 1 else (p <= hi))
+        if keep.any():
+            rows.append(
+                {
+                    "bin": f"{lo:.1f}-{hi:.1f}",
+                    "claims": int(keep.sum()),
+                    "mean_p": round(float(p[keep].mean()), 3),
+                    "supported": round(float(supported[keep].mean()), 3),
+                }
+            )
+    return rows
+
+
+def _rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def fp32_check(data_dir: Path, python: str, model_dir: str, n: int = 100) -> dict:
@@ -136,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="evaluate the claim model with embedding features (default: the lexical one, as the judge)",
     )
+    parser.add_argument(
+        "--model",
+        choices=("features", "cascade"),
+        default=None,
+        help="the judge's claim model (local_judge.model); default: the judge's own default",
+    )
+    parser.add_argument("--cascade-params", help="another cross_encoder.json (its ONNX file beside it)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
     parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
     parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
@@ -145,23 +211,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"fp32_check": fp32_check(args.data, args.fp32_python, args.fp32_model)}, indent=1))
         return 0
 
+    rss_before = _rss_mib()
     t0 = time.perf_counter()
-    judge = LocalJudge(embeddings=args.embeddings)
-    if judge.use_embeddings:
-        judge.embedder.embed(["warm up"])  # the model load is excluded from records/s
+    judge = LocalJudge(embeddings=args.embeddings, model=args.model, cascade_params_path=args.cascade_params)
+    judge.warm_up()  # every model the judge will use is loaded here: excluded from records/s
     load_seconds = time.perf_counter() - t0
     report = {
-        "model": "embedding" if judge.use_embeddings else "lexical",
+        "model": judge.model_name + ("+embedding-features" if judge.use_embeddings else ""),
         "load_seconds": round(load_seconds, 2),
-        "threshold": judge.model.threshold,
+        "threshold": judge.cascade.params.threshold if judge.cascade is not None else judge.model.threshold,
+        "fallback_reason": judge.fallback_reason,
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],
+        "rss_mib_before_load": rss_before,
+        "rss_mib_after_load": _rss_mib(),
     }
     for name in (RAGTRUTH, HALUEVAL):
         rows = [r for r in load(args.data, name) if split_of(r) == "test"]
         if args.limit:
             rows = rows[: args.limit]
         report[name] = asyncio.run(evaluate(rows, judge))
+    report["rss_mib_peak"] = _rss_mib()
+    if judge.cascade is not None:
+        report["cascade"] = judge.cascade.stats.as_dict()
     print(json.dumps(report, indent=1))
     return 0
 

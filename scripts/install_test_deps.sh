@@ -3,6 +3,7 @@
 #   prometheus              prometheus, promtool
 #   prometheus-alertmanager prometheus-alertmanager, amtool
 #   redis-server            redis-server
+#   chromium chromium-driver chromium, chromedriver (the records explorer's browser tests, through Selenium)
 # Used by `make test` (lenient: when it cannot install, it says which tests will skip and goes on),
 # by `make test-deps` and by .ci/run (--require: failing to install is an error).
 #
@@ -23,6 +24,8 @@ missing_packages() {
   { have prometheus && have promtool; } || need+=(prometheus)
   { have prometheus-alertmanager && have amtool; } || need+=(prometheus-alertmanager)
   have redis-server || need+=(redis-server)
+  have chromium || need+=(chromium)
+  have chromedriver || need+=(chromium-driver)
   echo "${need[@]:-}"
 }
 
@@ -35,13 +38,14 @@ skips() {  # what skips without each package
       prometheus-alertmanager) echo "  - prometheus-alertmanager: the Alertmanager test in test_prometheus_dashboards.py" \
                                     "and the amtool check in tests/grafana/test_deploy_compose.py" ;;
       redis-server) echo "  - redis-server: tests/integration/test_redis_*.py (scale-out, queue, budget, shared state, workers)" ;;
+      chromium|chromium-driver) echo "  - $pkg: tests/ragtrace_collector/explorer/test_browser.py (the records explorer in a browser)" ;;
     esac
   done
 }
 
 read -r -a need <<<"$(missing_packages)"
 if [ ${#need[@]} -eq 0 ]; then
-  say "test binaries present (prometheus, promtool, prometheus-alertmanager, amtool, redis-server)"
+  say "test binaries present (prometheus, promtool, prometheus-alertmanager, amtool, redis-server, chromium, chromedriver)"
   exit 0
 fi
 

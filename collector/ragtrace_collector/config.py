@@ -87,6 +87,9 @@ OTHER_ENV_VARS: tuple[str, ...] = (
     "RAGTRACE_EMBEDDING_THREADS",
     "RAGTRACE_LOCAL_JUDGE_EMBEDDINGS",
     "RAGTRACE_LOCAL_JUDGE_PARAMS",
+    "RAGTRACE_LOCAL_JUDGE_MODEL",  # the judge's own spelling of local_judge.model (the section's wins in the collector)
+    "RAGTRACE_CROSS_ENCODER_ONNX",
+    "RAGTRACE_WORDNET_DIR",  # scoring/wordnet.py: another WordNet 3.0 dict directory for METEOR
     # the example app (examples/rag_app)
     "RAGTRACE_EXAMPLE_MODEL",
     "RAGTRACE_EXAMPLE_API_BASE",
@@ -173,6 +176,13 @@ class AssemblyConfig(_Section):
     late_span_memory: int = 100_000  # completed trace ids remembered to recognise late spans
     sweep_interval_seconds: float = 0.2
     shared_state: str | None = None  # redis://... shares in-flight traces between receivers (scale-out)
+    # a sampled record lacking a field (question, contexts, answer, model, tokens, TTFT) is counted in
+    # ragtrace_record_incomplete_total; the log says why, once per service and cause per this many seconds
+    incomplete_log_interval_seconds: float = Field(default=300.0, gt=0)
+    # a trace that is one bare model call, in a service whose requests also hold generator spans, waits this long for
+    # the request that made the same call (same prompt, enclosing it in time): one record, not two (LangChain's
+    # OpenInference tracer + the OpenAI instrumentation); 0 pairs only what completes in the same sweep
+    duplicate_call_window_seconds: float = Field(default=10.0, ge=0)
 
 
 class AlwaysSampleConfig(_Section):
@@ -231,6 +241,16 @@ class JudgeConfig(_Section):
     max_reply_chars: int = Field(default=100_000, ge=1)  # longer judge replies are refused (an error), never stored
 
 
+class LocalJudgeConfig(_Section):
+    """The embedded judge (``judge.model: local``): which claim-support model it uses."""
+
+    main_key: ClassVar[str | None] = "model"
+
+    # features: the gradient-boosted feature model alone; cascade: it decides the clear claims and the int8 ONNX
+    # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing)
+    model: Literal["features", "cascade"] = "features"
+
+
 class GEvalConfig(_Section):
     """A G-Eval criterion (the ``geval`` metric). Unset keys take the metric's own defaults."""
 
@@ -248,6 +268,70 @@ class GEvalConfig(_Section):
         return self
 
 
+NliPremise = Literal["retrieved_contexts", "reference"]
+SelfCheckVariant = Literal["prompt", "nli"]
+SummarizationSource = Literal["user_input", "retrieved_contexts"]
+
+
+class NliConfig(_Section):
+    """The ``nli`` metric: what the response's claims are inferred from."""
+
+    premise: NliPremise = "retrieved_contexts"  # or "reference"
+
+
+class GPTScoreConfig(_Section):
+    """The ``gptscore`` metric: a model that scores given text (prompt log-probabilities with ``echo``)."""
+
+    # a litellm text-completion model reached over the judge's connection (e.g. text-completion-openai/davinci-002,
+    # or a vLLM server's model as openai/<name>); unset: the metric is skipped (chat-only models cannot score text)
+    model: str | None = None
+    # the instruction the response is conditioned on; {user_input}, {retrieved_contexts} and {reference} are filled
+    instruction: str = Field(
+        default="Answer the question accurately, helpfully and fluently.\nQuestion: {user_input}\nAnswer:",
+        min_length=1,
+    )
+
+
+class SelfCheckGPTConfig(_Section):
+    """The ``selfcheckgpt`` metric: re-sample the generator and check the answer against the samples."""
+
+    samples: int = Field(default=3, ge=1, le=20)  # extra generations per record (each one paid for)
+    temperature: float = Field(default=1.0, gt=0.0, le=2.0)
+    model: str | None = None  # litellm model re-sampled over the judge's connection; unset: the record's model
+    variant: SelfCheckVariant = "prompt"  # "prompt": support yes/no per sample; "nli": entail/neutral/contradict
+    rate: float = Field(default=1.0, ge=0.0, le=1.0)  # share of scored records that also pay for the samples
+
+
+class PrometheusConfig(_Section):
+    """The ``prometheus`` metric: absolute grading on a 1–5 score rubric (the published Prometheus format)."""
+
+    model: str | None = None  # the evaluator model (e.g. a Prometheus 2 model); unset: the judge's model
+    criteria: str = Field(
+        default="Is the response helpful, correct and complete as an answer to the instruction?", min_length=1
+    )
+    score_descriptions: tuple[str, str, str, str, str] = (
+        "The response does not answer the instruction or is wrong.",
+        "The response touches the instruction but is mostly wrong or unhelpful.",
+        "The response answers part of the instruction, with errors or omissions.",
+        "The response answers the instruction correctly with minor omissions.",
+        "The response answers the instruction correctly, completely and helpfully.",
+    )
+    use_reference: bool = True  # show the record's reference as the score-5 answer when it has one
+
+
+class SummarizationConfig(_Section):
+    """The ``summarization`` metric: the text the response summarises, and the coverage questions asked."""
+
+    source: SummarizationSource = "user_input"
+    questions: int = Field(default=5, ge=1, le=20)
+
+
+class PromptAlignmentConfig(_Section):
+    """The ``prompt_alignment`` metric's instructions; unset: extracted from the recorded prompt's system messages."""
+
+    instructions: list[str] = Field(default_factory=list)
+
+
 class ScoringOptionsConfig(_Section):
     """The knobs the metrics read (``ragtrace_collector.scoring.options.ScoringOptions.from_config``)."""
 
@@ -258,8 +342,19 @@ class ScoringOptionsConfig(_Section):
     rouge_type: RougeType = "rougeL"
     safety_categories: tuple[SafetyCategory, ...] = SAFETY_CATEGORIES  # type: ignore[assignment]
     safety_votes: int = 3  # judge votes per category (majority): a positive odd number
+    # moverscore token weights: "uniform" (1 each) or "contexts" (IDF over the record's retrieved contexts)
+    moverscore_idf: Literal["uniform", "contexts"] = "uniform"
+    tool_correctness_ordering: bool = False  # tool_correctness: calls must come in the expected order (LCS)
+    tool_correctness_arguments: bool = False  # tool_correctness: a call matches only with the expected arguments
+    tool_correctness_exact_match: bool = False  # tool_correctness: 1 only when the calls are exactly the expected
     geval: GEvalConfig | None = None
     dag: dict[str, Any] | str | None = None  # a DAG spec inline, or the path of its YAML file
+    nli: NliConfig = Field(default_factory=NliConfig)
+    gptscore: GPTScoreConfig = Field(default_factory=GPTScoreConfig)
+    selfcheckgpt: SelfCheckGPTConfig = Field(default_factory=SelfCheckGPTConfig)
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
+    summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
+    prompt_alignment: PromptAlignmentConfig = Field(default_factory=PromptAlignmentConfig)
 
     @field_validator("answer_correctness_weights")
     @classmethod
@@ -309,9 +404,67 @@ class OtlpEventsConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+class ResultsRetentionConfig(_Section):
+    """How long the results store keeps records; enforced every ``interval_seconds`` by the scoring process."""
+
+    max_age_hours: float | None = Field(default=168.0, gt=0)  # records stored longer ago are deleted; None: kept
+    max_bytes: int | None = Field(default=1024**3, gt=0)  # past this the oldest records are deleted; None: no bound
+    interval_seconds: float = Field(default=300.0, gt=0)
+
+
+class PhoenixConfig(_Section):
+    """Scores as Arize Phoenix span annotations (``ragtrace_collector.exporter.phoenix``)."""
+
+    main_key: ClassVar[str | None] = "endpoint"
+
+    endpoint: str | None = None  # Phoenix's base URL, e.g. http://phoenix:6006; None disables
+    api_key: str | None = None  # sent as "Authorization: Bearer <key>" when Phoenix has authentication on
+    batch_size: int = Field(default=100, ge=1)  # annotations per POST /v1/span_annotations
+    max_pending: int = Field(default=10_000, ge=1)  # annotations waiting to be sent; more are dropped, counted
+    timeout_seconds: float = Field(default=10.0, gt=0)  # one request; a failed batch is retried with backoff
+
+
 class ExportConfig(_Section):
     otlp_events: OtlpEventsConfig = Field(default_factory=OtlpEventsConfig)
+    phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig)
     results_path: str | None = None  # None → <data_dir>/results.sqlite
+    results_retention: ResultsRetentionConfig = Field(default_factory=ResultsRetentionConfig)
+
+
+class ExplorerConfig(_Section):
+    """The records explorer and its JSON API, served on the ``/metrics`` listener (``listen.metrics_port``)."""
+
+    enabled: bool = True
+    page_size: int = Field(default=50, ge=1, le=1000)  # records per page (the API's default ``limit``)
+    # Trace links on the record page: name → URL with {trace_id}, e.g. {Tempo: "http://tempo:3200/...{trace_id}"}
+    trace_links: dict[str, str] = Field(default_factory=dict)
+    # Prometheus rules whose ragtrace:eval_score:threshold_table colours the score chips; None: the shipped rules
+    rules_file: str | None = None
+
+    @field_validator("trace_links")
+    @classmethod
+    def _links_name_the_trace(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, template in v.items():
+            if "{trace_id}" not in template or not template.startswith(("http://", "https://")):
+                raise ValueError(f"trace link {name!r} must be an http(s) URL containing {{trace_id}}")
+        return v
+
+
+class ForwardConfig(_Section):
+    """Every OTLP trace request received, passed on unchanged to a trace backend (``exporter/forward.py``)."""
+
+    main_key: ClassVar[str | None] = "endpoint"
+
+    # OTLP/HTTP base URL (http://tempo:4318; /v1/traces is appended unless given) or, with grpc, host:port; None: off
+    endpoint: str | None = None
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"  # http passes JSON requests on as JSON
+    headers: dict[str, str] = Field(default_factory=dict)  # sent with every forwarded request (gRPC metadata)
+    compression: Literal["none", "gzip"] = "none"
+    max_queue_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # waiting or in flight; past it requests are dropped
+    max_queue_requests: int = Field(default=10_000, ge=1)
+    timeout_seconds: float = Field(default=10.0, gt=0)  # one attempt
+    max_attempts: int = Field(default=5, ge=1)  # for retryable answers (429, 502-504, unreachable), with backoff
+    concurrency: int = Field(default=4, ge=1)  # requests in flight to the endpoint at once
 
 
 class _Inputs(NamedTuple):
@@ -343,8 +496,11 @@ class CollectorConfig(BaseSettings):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    local_judge: LocalJudgeConfig = Field(default_factory=LocalJudgeConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+    explorer: ExplorerConfig = Field(default_factory=ExplorerConfig)
+    forward: ForwardConfig = Field(default_factory=ForwardConfig)
 
     @classmethod
     def settings_customise_sources(

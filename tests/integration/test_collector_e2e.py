@@ -176,7 +176,7 @@ def stored_keys(path: Path) -> dict[str, int]:
 async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path):
     from ragtrace_collector.service.app import CollectorApp
 
-    sink = OtlpSink()  # the downstream trace backend receiving the evaluation events
+    sink = OtlpSink()  # the downstream backend receiving the evaluation events
     sink_port = sink.start_http()
     cfg = load_config(
         overrides=base_config(
@@ -216,16 +216,17 @@ async def test_sdk_to_scored_metrics_with_exemplars_over_http_and_grpc(tmp_path)
         assert sample(text, "ragtrace_evaluations_total", outcome="scored") == scored
         assert sample(text, "ragtrace_queue_depth") == 0
         assert sample(text, "ragtrace_judge_latency_seconds_count", judge="local") > 0
-        # every score also went downstream as a gen_ai.evaluation.result event under the scored request
-        await wait_until(lambda: sink.span_count() >= scored, 15, "evaluation events downstream")
-        for span in sink.spans():
-            tid = span["trace_id"]
-            assert tid in roots and span["parent_span_id"] == roots[tid]
-            (event,) = span["events"]
-            assert event["name"] == "gen_ai.evaluation.result"
+        # every score also went downstream as a gen_ai.evaluation.result event (a log record) on the scored
+        # request's root span; no span is added to any trace
+        await wait_until(lambda: sink.log_count() >= scored, 15, "evaluation events downstream")
+        for event in sink.logs():
+            tid = event["trace_id"]
+            assert tid in roots and event["span_id"] == roots[tid]
+            assert event["event_name"] == "gen_ai.evaluation.result"
             attrs = event["attributes"]
             assert attrs["gen_ai.evaluation.name"] in ("faithfulness", "answer_relevancy")
             assert 0.0 <= attrs["gen_ai.evaluation.score.value"] <= 1.0
+        assert sink.spans() == []
     finally:
         await app.stop(drain_timeout=5)
         sink.stop()

@@ -121,6 +121,8 @@ def test_collector_wheel_ships_the_corpus_and_the_rules(wheels):
         for name in corpus:
             lines = zf.read(name).decode().splitlines()
             assert len(lines) > 5 and json.loads(lines[0]), name
+        sample = zf.read("ragtrace_collector/examples/evaluate/sample.jsonl").decode().splitlines()
+        assert len(sample) >= 10 and "user_input" in json.loads(sample[0])  # the README's evaluate examples
         rules = "ragtrace_collector/examples/prometheus/ragtrace.rules.yml"
         assert rules in names, sorted(names)
         info = zf.getinfo(rules)
@@ -128,6 +130,11 @@ def test_collector_wheel_ships_the_corpus_and_the_rules(wheels):
         content = zf.read(rules)
     assert content == RULES.read_bytes()
     assert yaml.safe_load(content)["groups"]
+    # the records explorer's templates and stylesheet: no page fetches anything from elsewhere
+    explorer = {n.removeprefix("ragtrace_collector/explorer/") for n in names if "/explorer/" in n}
+    assert {"templates/records.html", "templates/record.html", "templates/session.html", "static/explorer.css"} <= (
+        explorer
+    ), sorted(explorer)
 
 
 def test_demo_from_the_installed_wheels_scores_records(venv, tmp_path):
@@ -160,6 +167,8 @@ def test_demo_from_the_installed_wheels_scores_records(venv, tmp_path):
     )
     scored = [int(n) for n in re.findall(r"\bscored=(\d+)", out)]
     assert scored and scored[-1] > 0, out
+    urls = re.findall(r"^([\w /]+): (http://\S+)", out, flags=re.M)
+    assert urls and urls[0][0] == "records explorer" and urls[0][1].endswith("/explorer/"), out
     assert re.findall(r"\bfailed=(\d+)", out)[-1] == "0", out  # every request of the example app went through
     assert list(cwd.iterdir()) == [], "the demo wrote into the working directory"
 

@@ -292,3 +292,19 @@ def test_every_variable_the_sdk_reads_is_known_to_the_collector():
     read = set(re.findall(r'_env(?:_int|_bool|_float)?\(\s*"(RAGTRACE_[A-Z_]+)"', sdk))
     assert read, "the pattern no longer finds the SDK's variables"
     assert read <= set(OTHER_ENV_VARS), sorted(read - set(OTHER_ENV_VARS))
+
+
+def test_explorer_trace_links_must_be_urls_naming_the_trace():
+    import pytest
+    from pydantic import ValidationError
+
+    from ragtrace_collector.config import load_config
+
+    jaeger = {"Jaeger": "http://j:16686/trace/{trace_id}"}
+    cfg = load_config(overrides={"explorer": {"trace_links": jaeger}}, environ={})
+    assert cfg.explorer.trace_links == jaeger
+    for bad in ("http://j:16686/search", "javascript:alert('{trace_id}')"):
+        with pytest.raises(ValidationError, match="trace link"):
+            load_config(overrides={"explorer": {"trace_links": {"x": bad}}}, environ={})
+    env = load_config(environ={"RAGTRACE_EXPORT__RESULTS_RETENTION__MAX_AGE_HOURS": "null"})
+    assert env.export.results_retention.max_age_hours is None

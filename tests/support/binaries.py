@@ -1,4 +1,5 @@
-"""Debian binaries the tests drive (prometheus, promtool, prometheus-alertmanager, amtool, redis-server).
+"""Debian binaries the tests drive (prometheus, promtool, prometheus-alertmanager, amtool, redis-server,
+chromium and chromedriver).
 
 A test that needs one calls ``require(binary, package)``: it returns the binary's path, or skips the
 test with the Debian package to install, so a machine without them skips those tests and never fails
@@ -9,6 +10,9 @@ them. ``needs(binary, package)`` is the same check as a ``skipif`` marker, for d
 
 ``RAGTRACE_TEST_HIDE_BINARIES=redis-server,promtool`` makes those binaries count as missing, to check
 that the tests needing them skip cleanly on a machine without them.
+
+Under CI (``CI`` set, as ``.ci/run`` runs) ``require_in_ci`` fails instead of skipping: there the binary
+must be present (``install_test_deps.sh --require`` installed it), so a skip would hide a broken setup.
 """
 
 from __future__ import annotations
@@ -53,6 +57,14 @@ def require(binary: str, package: str, *alternatives: str) -> str:
     if path is None:
         pytest.skip(reason(binary, package))
     return path
+
+
+def require_in_ci(binary: str, package: str, *alternatives: str) -> str:
+    """``require``, except that under CI (``$CI`` set) a missing binary fails the test instead of skipping it."""
+    path = find(binary, *alternatives)
+    if path is None and os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"{reason(binary, package)}; CI must have it (scripts/install_test_deps.sh --require)")
+    return require(binary, package, *alternatives)
 
 
 def needs(binary: str, package: str, *alternatives: str) -> pytest.MarkDecorator:

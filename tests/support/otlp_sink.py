@@ -1,12 +1,14 @@
-"""A small OTLP trace receiver for tests and benchmarks: OTLP/HTTP (protobuf) and OTLP/gRPC.
+"""A small OTLP receiver for tests and benchmarks: traces and logs, OTLP/HTTP (protobuf) and OTLP/gRPC.
 
-It decodes every ``ExportTraceServiceRequest`` with opentelemetry-proto and keeps the spans
-as plain dicts. ``delay`` makes it a slow sink (each export waits before answering).
+It decodes every ``ExportTraceServiceRequest`` (``/v1/traces``) and ``ExportLogsServiceRequest`` (``/v1/logs``)
+with opentelemetry-proto and keeps the spans and log records as plain dicts. ``delay`` makes it a slow sink
+(each export waits before answering).
 
     sink = OtlpSink()
     http_port = sink.start_http(); grpc_port = sink.start_grpc()
     ...
     spans = sink.wait_for_spans(3)
+    events = sink.wait_for_logs(2)
     sink.stop()
 """
 
@@ -20,6 +22,7 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.support.net import free_port
@@ -65,13 +68,40 @@ def decode_request(req: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
     return out
 
 
+def decode_logs(req: logs_service_pb2.ExportLogsServiceRequest) -> list[dict]:
+    out = []
+    for rl in req.resource_logs:
+        resource = {kv.key: any_value(kv.value) for kv in rl.resource.attributes}
+        for sl in rl.scope_logs:
+            for lr in sl.log_records:
+                out.append(
+                    {
+                        "event_name": lr.event_name,
+                        "trace_id": lr.trace_id.hex() or None,
+                        "span_id": lr.span_id.hex() or None,
+                        "time_ns": lr.time_unix_nano,
+                        "observed_ns": lr.observed_time_unix_nano,
+                        "severity_number": lr.severity_number,
+                        "severity_text": lr.severity_text,
+                        "body": any_value(lr.body) if lr.HasField("body") else None,
+                        "attributes": {kv.key: any_value(kv.value) for kv in lr.attributes},
+                        "resource": resource,
+                        "scope": sl.scope.name,
+                    }
+                )
+    return out
+
+
 class OtlpSink:
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
         self._spans: list[dict] = []
+        self._logs: list[dict] = []
         self._cond = threading.Condition()
         self.requests = 0
         self.bad_requests = 0
+        # (path, Content-Type, body as received after Content-Encoding) of every HTTP POST, to compare bytes
+        self.bodies: list[tuple[str, str, bytes]] = []
         self._http: ThreadingHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
         self._grpc: Any = None
@@ -84,6 +114,31 @@ class OtlpSink:
             self._spans.extend(spans)
             self._cond.notify_all()
 
+    def _add_logs(self, req: logs_service_pb2.ExportLogsServiceRequest) -> None:
+        records = decode_logs(req)
+        with self._cond:
+            self.requests += 1
+            self._logs.extend(records)
+            self._cond.notify_all()
+
+    def logs(self) -> list[dict]:
+        with self._cond:
+            return list(self._logs)
+
+    def log_count(self) -> int:
+        with self._cond:
+            return len(self._logs)
+
+    def wait_for_logs(self, n: int, timeout: float = 10.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._logs) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"sink got {len(self._logs)} log records, wanted {n}")
+                self._cond.wait(left)
+            return list(self._logs)
+
     def spans(self) -> list[dict]:
         with self._cond:
             return list(self._spans)
@@ -95,6 +150,7 @@ class OtlpSink:
     def clear(self) -> None:
         with self._cond:
             self._spans.clear()
+            self._logs.clear()
 
     def wait_for_spans(self, n: int, timeout: float = 10.0) -> list[dict]:
         deadline = time.monotonic() + timeout
@@ -121,10 +177,26 @@ class OtlpSink:
                         body = gzip.decompress(body)
                     elif enc == "deflate":
                         body = zlib.decompress(body)
-                    if self.path.rstrip("/") != "/v1/traces":
+                    path = self.path.rstrip("/")
+                    content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                    with sink._cond:
+                        sink.bodies.append((path, content_type, body))
+                    req: Any
+                    resp: Any
+                    if path == "/v1/traces":
+                        req = trace_service_pb2.ExportTraceServiceRequest()
+                        resp = trace_service_pb2.ExportTraceServiceResponse()
+                    elif path == "/v1/logs":
+                        req = logs_service_pb2.ExportLogsServiceRequest()
+                        resp = logs_service_pb2.ExportLogsServiceResponse()
+                    else:
                         raise ValueError(f"unknown path {self.path}")
-                    req = trace_service_pb2.ExportTraceServiceRequest()
-                    req.ParseFromString(body)
+                    if content_type == "application/json" and path == "/v1/traces":  # OTLP/JSON: hex ids
+                        from ragtrace_collector.receiver.decode import parse_json
+
+                        req = parse_json(body)
+                    else:
+                        req.ParseFromString(body)
                 except Exception as exc:
                     sink.bad_requests += 1
                     msg = str(exc).encode()
@@ -135,13 +207,16 @@ class OtlpSink:
                     return
                 if sink.delay:
                     time.sleep(sink.delay)
-                sink._add(req)
-                resp = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                if path == "/v1/logs":
+                    sink._add_logs(req)
+                else:
+                    sink._add(req)
+                reply = resp.SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(resp)))
+                self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
-                self.wfile.write(resp)
+                self.wfile.write(reply)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -166,9 +241,17 @@ class OtlpSink:
                 sink._add(request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
+        class LogsServicer(logs_service_pb2_grpc.LogsServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:
+                if sink.delay:
+                    time.sleep(sink.delay)
+                sink._add_logs(request)
+                return logs_service_pb2.ExportLogsServiceResponse()
+
         port = port or free_port()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsServicer(), server)
         server.add_insecure_port(f"127.0.0.1:{port}")
         server.start()
         self._grpc = server

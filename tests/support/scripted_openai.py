@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible HTTP server for tests and benchmarks (the only LLM stand-in).
 
-It serves ``POST /v1/chat/completions`` and ``POST /v1/embeddings`` (also without the ``/v1``
-prefix) on a free loopback port from a thread, so judge code talks to it over real HTTP through
+It serves ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/embeddings`` (also
+without the ``/v1`` prefix) on a free loopback port from a thread, so judge code talks to it over real HTTP through
 ``litellm`` exactly as it would to a provider, and knows nothing about it.
 
 API::
@@ -27,6 +27,10 @@ reply, an ``int`` is an HTTP error status):
 * ``Reply(logprobs=[{"7": -0.1, "8": -2.3}, ...])`` — ``choices[0].logprobs.content``: one entry per
   position, each dict the position's ``top_logprobs`` (the chosen token is the most probable one).
 * ``Reply(drop=True)`` — closes the connection without answering (a dead peer mid-request).
+* ``Reply(text_logprobs=[-0.2, -1.5])`` — for ``/completions`` with ``echo``: the prompt is split into
+  tokens (a word with the whitespace before it: :func:`echo_tokens`) and echoed with ``text_offset`` and
+  ``token_logprobs``; the last tokens get these values, earlier ones -1.0, the first ``None``. Without
+  ``text_logprobs`` the reply has ``logprobs: null`` (a provider that cannot score given text).
 * ``prompt_tokens`` / ``completion_tokens`` override the usage the server reports.
 
 When the script is empty the server asks ``responder(body) -> Reply | str | dict | int`` (the
@@ -76,6 +80,7 @@ class Reply:
     completion_tokens: int | None = None
     error_message: str | None = None
     retry_after: float | None = None  # sent as a Retry-After header (with error statuses)
+    text_logprobs: list[float] | None = None  # /completions echo: log-probabilities of the prompt's last tokens
 
     def text(self) -> str:
         if self.content is not None:
@@ -139,6 +144,11 @@ def faithfulness_reply(body: dict, supported: Callable[[int], bool]) -> dict:
             "verdicts": [{"id": i + 1, "verdict": "yes" if supported(i) else "no", "reason": "r"} for i in range(n)]
         }
     return {}
+
+
+def echo_tokens(text: str) -> list[str]:
+    """The scripted tokenizer of ``/completions`` echo: each word with the whitespace before it."""
+    return re.findall(r"\s*\S+|\s+$", text)
 
 
 def hashed_embedding(text: str, dims: int = 64) -> list[float]:
@@ -235,6 +245,11 @@ class ScriptedOpenAI:
         with self._lock:
             return len(self._script)
 
+    def completion_requests(self) -> list[LoggedRequest]:
+        """The text-completion requests (``/completions``, not chat)."""
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/completions") and "/chat/" not in r.path]
+
     def chat_requests(self) -> list[LoggedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/chat/completions")]
@@ -301,6 +316,41 @@ class ScriptedOpenAI:
             },
         }
 
+    def completion_response(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """A legacy text completion; with ``echo`` the prompt is the text and, when the reply has
+        ``text_logprobs``, its tokens come back with their log-probabilities (see the module docstring)."""
+        prompt = body.get("prompt") or ""
+        prompt = prompt[0] if isinstance(prompt, list) and prompt else str(prompt)
+        echo = bool(body.get("echo"))
+        text = prompt if echo else reply.text()
+        logprobs: dict[str, Any] | None = None
+        if echo and reply.text_logprobs is not None:
+            tokens = echo_tokens(prompt)
+            values: list[float | None] = [-1.0] * len(tokens)
+            tail = reply.text_logprobs[-len(tokens) :] if tokens else []
+            values[len(tokens) - len(tail) :] = tail
+            if values:
+                values[0] = None
+            offsets, at = [], 0
+            for t in tokens:
+                offsets.append(at)
+                at += len(t)
+            logprobs = {"tokens": tokens, "token_logprobs": values, "text_offset": offsets, "top_logprobs": None}
+        prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _tokens(len(prompt))
+        completion_tokens = 0 if echo and int(body.get("max_tokens") or 0) == 0 else _tokens(len(reply.text()))
+        return {
+            "id": f"cmpl-scripted-{len(self.requests)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
     def embeddings_response(self, body: dict[str, Any]) -> dict[str, Any]:
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else [str(t) for t in (inputs or [])]
@@ -358,7 +408,7 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                 logged.status, logged.prompt_tokens = 200, payload["usage"]["prompt_tokens"]
                 self._send_json(200, payload)
                 return
-            if not path.endswith("/chat/completions"):
+            if not path.endswith("/completions"):
                 self._send_json(404, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}})
                 return
             try:
@@ -384,12 +434,13 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                     reply.status, {"error": {"message": message, "type": kind, "code": str(reply.status)}}, headers
                 )
                 return
-            payload = server.chat_response(body, reply)
+            chat = path.endswith("/chat/completions")
+            payload = server.chat_response(body, reply) if chat else server.completion_response(body, reply)
             logged.status = 200
             logged.prompt_tokens = payload["usage"]["prompt_tokens"]
             logged.completion_tokens = payload["usage"]["completion_tokens"]
             try:
-                if body.get("stream"):
+                if body.get("stream") and chat:
                     self._send_sse(payload, bool((body.get("stream_options") or {}).get("include_usage")))
                 else:
                     self._send_json(200, payload)

@@ -8,8 +8,11 @@ the shipped rules (``grafana/prometheus/rules``, package data ``ragtrace_collect
 minutes, and shows the alerts. ``--degrade-after`` switches the example's faults on mid-run (the best
 passage dropped, an unsupported claim appended), and faithfulness drops.
 
-Children are started in their own sessions and stopped by PID on exit, Ctrl-C or SIGTERM. Without a
-terminal (CI) the live view becomes a status line every few seconds.
+Children are started in their own sessions and stopped by PID on exit, Ctrl-C or SIGTERM, before anything
+more is printed: with the output piped (``make demo 2>&1 | tee log``) a Ctrl-C also ends the reader, and a print
+into that closed pipe must not stop the cleanup half-way (output then goes to /dev/null and the demo ends). Without
+a terminal (CI) the live view becomes a status line every few seconds. On exit a closing summary says what was sent
+and scored, mean faithfulness before and after the faults, and which alerts fired when.
 """
 
 from __future__ import annotations
@@ -353,6 +356,8 @@ class Traffic:
         self.recent: deque[Request] = deque(maxlen=keep)
         # last faithfulness scores per phase (False: healthy, True: degraded), kept past ``recent``
         self.faithfulness: dict[bool, deque[float]] = {False: deque(maxlen=30), True: deque(maxlen=30)}
+        # every faithfulness score per phase, as (sum, count): the closing summary's means over the whole run
+        self.faithfulness_totals: dict[bool, tuple[float, int]] = {False: (0.0, 0), True: (0.0, 0)}
         self.sent = 0
         self.failed = 0
         self.skipped = 0  # ticks skipped because every thread was busy
@@ -364,6 +369,13 @@ class Traffic:
         self._pool: list[threading.Thread] = []
         self._work: deque[int] = deque()
         self._work_ready = threading.Condition()
+
+    def add_faithfulness(self, degraded: bool, score: float) -> None:
+        """One scored request's faithfulness, kept for the live view (last 30) and the whole-run means."""
+        with self._lock:
+            self.faithfulness[degraded].append(score)
+            total, n = self.faithfulness_totals[degraded]
+            self.faithfulness_totals[degraded] = (total + score, n + 1)
 
     def snapshot(self, n: int | None = None) -> list[Request]:
         """The last ``n`` requests (all kept ones when None), oldest first."""
@@ -467,9 +479,9 @@ class ScoreReader:
             self._store = ResultsStore(self.path)
         return self._store
 
-    def fill(self, requests: list[Request], faithfulness: dict[bool, deque[float]] | None = None) -> int:
-        """Look up requests still missing scores (their new faithfulness scores go to ``faithfulness``
-        by phase); returns the number of records scored so far."""
+    def fill(self, requests: list[Request], on_faithfulness: Callable[[bool, float], None] | None = None) -> int:
+        """Look up requests still missing scores (each new faithfulness score goes to ``on_faithfulness`` with
+        its phase); returns the number of records scored so far."""
         store = self._open()
         if store is None:
             return 0
@@ -478,8 +490,8 @@ class ScoreReader:
                 for row in store.get(req.trace_id):
                     req.scores[row.metric] = row.score if row.status == "scored" else None
                 score = req.scores.get("faithfulness")
-                if faithfulness is not None and score is not None:
-                    faithfulness[req.degraded].append(score)
+                if on_faithfulness is not None and score is not None:
+                    on_faithfulness(req.degraded, score)
         return store.count(metric="faithfulness")
 
     def close(self) -> None:
@@ -508,9 +520,40 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
 
+NO_PROMETHEUS = "Prometheus not running"
+
+
+@dataclass
+class AlertWatch:
+    """What Prometheus reports now, and when each alert was first seen firing (seconds from the demo's start):
+    the closing summary's "which alerts fired and when"."""
+
+    current: list[str] = field(default_factory=list)
+    first_firing: dict[str, tuple[float, str]] = field(default_factory=dict)  # alertname -> (elapsed, severity)
+
+    def update(self, alerts: list[dict], elapsed: float) -> None:
+        self.current = sorted({f"{a['labels']['alertname']}({a['state']})" for a in alerts})
+        for a in alerts:
+            name = str(a["labels"].get("alertname", "?"))
+            if a.get("state") == "firing" and name not in self.first_firing:
+                self.first_firing[name] = (elapsed, str(a["labels"].get("severity", "")))
+
+
+def alerts_text(alerts: list[str] | None) -> str:
+    """``None``: no Prometheus runs, so nothing can be said about alerts (never "none firing")."""
+    if alerts is None:
+        return NO_PROMETHEUS
+    return ", ".join(alerts) if alerts else "none firing"
+
+
 def render(
-    traffic: Traffic, scored: int, urls: dict[str, str], alerts: list[str], elapsed: float, duration: float | None
-):
+    traffic: Traffic,
+    scored: int,
+    urls: dict[str, str],
+    alerts: list[str] | None,
+    elapsed: float,
+    duration: float | None,
+) -> Any:
     from rich.console import Group
     from rich.panel import Panel
     from rich.progress_bar import ProgressBar
@@ -559,35 +602,100 @@ def render(
         )
     parts.append(table)
     links = "\n".join(f"{k}: {v}" for k, v in urls.items())
-    alert_text = ", ".join(alerts) if alerts else "none firing"
-    parts.append(Panel(f"{links}\nalerts: {alert_text}", title="where to look", expand=True))
+    parts.append(Panel(f"{links}\nalerts: {alerts_text(alerts)}", title="where to look", expand=True))
     return Group(*parts)
 
 
-def status_line(traffic: Traffic, scored: int, alerts: list[str], elapsed: float) -> str:
+def status_line(traffic: Traffic, scored: int, alerts: list[str] | None, elapsed: float) -> str:
     s = summary(traffic)
     return (
         f"[{elapsed:5.0f}s] {'DEGRADED' if traffic.degraded else 'healthy '} sent={s['sent']} "
         f"failed={s['failed']} scored={scored} faithfulness healthy={fmt(s['faithfulness_healthy'])} "
         f"(n={s['n_healthy']}) degraded={fmt(s['faithfulness_degraded'])} (n={s['n_degraded']}) "
-        f"alerts={','.join(alerts) or 'none'}"
+        f"alerts={'(' + NO_PROMETHEUS + ')' if alerts is None else ','.join(alerts) or 'none'}"
     )
+
+
+def closing_summary(traffic: Traffic, scored: int, elapsed: float, watch: AlertWatch | None) -> list[str]:
+    """What the run showed, in a few lines that survive the live view: sent, scored, mean faithfulness per phase
+    over the whole run, and each alert's first firing (``watch`` None: no Prometheus ran)."""
+    lines = [
+        f"summary: {traffic.sent} requests sent ({traffic.failed} failed), {scored} records scored in {elapsed:.0f} s"
+    ]
+    faults_on = (
+        traffic.degrade_after if traffic.degrade_after is not None and elapsed >= traffic.degrade_after else None
+    )
+    phases = []
+    for degraded, name in ((False, "healthy"), (True, "degraded")):
+        total, n = traffic.faithfulness_totals[degraded]
+        if degraded and not n and faults_on is None:
+            continue  # no degraded phase to speak of
+        phases.append(f"{name} {fmt(total / n if n else None)} (n={n})")
+    when = f"; faults on at {faults_on:.0f} s" if faults_on is not None else "; faults never switched on"
+    lines.append("mean faithfulness: " + ", ".join(phases) + when)
+    if watch is None:
+        lines.append(f"alerts: {NO_PROMETHEUS}")
+        return lines
+    if not watch.first_firing:
+        lines.append("alerts: none fired")
+        return lines
+    fired = []
+    for name, (at, severity) in sorted(watch.first_firing.items(), key=lambda kv: (kv[1][0], kv[0])):
+        after = f", {at - faults_on:.0f} s after faults on" if faults_on is not None else ""
+        fired.append(f"{name} ({severity or 'no severity'}) at {at:.0f} s{after}")
+    lines.append("alerts fired: " + "; ".join(fired))
+    return lines
+
+
+def _divert_stdout() -> None:
+    """Point fd 1 at /dev/null: whoever read our output is gone, and what is still printed must not fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def make_console() -> Any:
+    """A rich console that goes quiet when stdout's reader has gone, instead of rich's default ``SystemExit(1)``
+    from inside a print (which stopped the cleanup with the collector still running and holding its ports)."""
+    from rich.console import Console
+
+    class QuietOnBrokenPipe(Console):
+        output_lost = False
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            self.output_lost = True
+            _divert_stdout()
+
+    return QuietOnBrokenPipe()
 
 
 # --- main -----------------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    console = make_console()
     stop = threading.Event()
-    signals = {}
+    signals: dict[signal.Signals, Any] = {}
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signals[sig] = signal.signal(sig, on_signal)
+
+    def say(text: str) -> None:
+        """A plain line out; a closed pipe diverts stdout to /dev/null and ends the demo (nobody is reading)."""
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:
+            console.on_broken_pipe()
+
+    def output_lost() -> bool:
+        return bool(console.output_lost)
 
     degrade_after = args.degrade_after if args.degrade_after is not None else (60.0 if args.degrade else None)
     own_dir = args.data_dir is None
@@ -597,6 +705,9 @@ def run(args: argparse.Namespace) -> int:
     traffic: Traffic | None = None
     handle = None
     reader: ScoreReader | None = None
+    watch: AlertWatch | None = None
+    scored = 0
+    started = time.monotonic()
     code = 0
     try:
         collector = CollectorProcess(
@@ -630,7 +741,9 @@ def run(args: argparse.Namespace) -> int:
                     binary=binary,
                 )
                 children.append(prometheus)
+                console.print(f"starting prometheus (pid {prometheus.pid}, log {prometheus.log_path}) ...")
                 prometheus.wait_ready(abort=stop.is_set)
+                watch = AlertWatch()
                 urls["Prometheus"] = f"{prometheus.url}  (alerts: {prometheus.url}/alerts)"
         urls["worst records (while running)"] = (
             f"ragtrace-collector results --metric faithfulness --below 0.7 --store {collector.results_path}"
@@ -646,38 +759,42 @@ def run(args: argparse.Namespace) -> int:
         reader = ScoreReader(collector.results_path)
         traffic.start()
         started = time.monotonic()
-        alerts: list[str] = []
         last_alert_poll = 0.0
         last_line = 0.0
 
         def tick() -> tuple[int, float]:
-            nonlocal alerts, last_alert_poll
-            scored = reader.fill(traffic.snapshot(60), traffic.faithfulness)
-            if prometheus is not None and time.monotonic() - last_alert_poll > 3:
+            nonlocal last_alert_poll, scored
+            assert reader is not None and traffic is not None
+            scored = reader.fill(traffic.snapshot(60), traffic.add_faithfulness)
+            elapsed = time.monotonic() - started
+            if prometheus is not None and watch is not None and time.monotonic() - last_alert_poll > 3:
                 last_alert_poll = time.monotonic()
                 with contextlib.suppress(Exception):
-                    alerts = sorted({f"{a['labels']['alertname']}({a['state']})" for a in prometheus.alerts()})
-            return scored, time.monotonic() - started
+                    watch.update(prometheus.alerts(), elapsed)
+            return scored, elapsed
+
+        def alerts() -> list[str] | None:
+            return None if watch is None else watch.current
 
         def finished(elapsed: float) -> bool:
-            return stop.is_set() or (args.duration is not None and elapsed >= args.duration)
+            return stop.is_set() or output_lost() or (args.duration is not None and elapsed >= args.duration)
 
         if console.is_terminal:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 while True:
                     scored, elapsed = tick()
-                    live.update(render(traffic, scored, urls, alerts, elapsed, args.duration))
+                    live.update(render(traffic, scored, urls, alerts(), elapsed, args.duration))
                     if finished(elapsed):
                         break
                     stop.wait(0.5)
         else:
             for k, v in urls.items():
-                print(f"{k}: {v}", flush=True)
+                say(f"{k}: {v}")
             while True:
                 scored, elapsed = tick()
                 if elapsed - last_line >= 5 or finished(elapsed):
                     last_line = elapsed
-                    print(status_line(traffic, scored, alerts, elapsed), flush=True)
+                    say(status_line(traffic, scored, alerts(), elapsed))
                 if finished(elapsed):
                     break
                 stop.wait(0.5)
@@ -687,19 +804,39 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]demo failed:[/] {exc}")
         code = 1
     finally:
-        if traffic is not None:
-            traffic.stop()
-        if handle is not None:
-            handle.shutdown(5.0)
-        if reader is not None:
-            reader.close()
-        for child in reversed(children):
-            rc = child.stop()
-            console.print(f"stopped {child.name} (pid {child.pid}, exit {rc})")
-        for sig, previous in signals.items():
-            signal.signal(sig, previous)
-        if own_dir:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            console.print(f"data kept in {workdir}")
+        ran_for = time.monotonic() - started  # the traffic's time, not counting the cleanup below
+        # Every child is stopped before anything more is printed, each whatever happened to the others.
+        stopped: list[tuple[ChildProcess, int | str | None]] = []
+        try:
+            if traffic is not None:
+                traffic.stop()
+            if handle is not None:
+                handle.shutdown(5.0)
+            if reader is not None and traffic is not None:
+                scored = reader.fill(traffic.snapshot(), traffic.add_faithfulness)
+        except Exception:  # the children below are stopped regardless
+            pass
+        finally:
+            for child in reversed(children):
+                try:
+                    stopped.append((child, child.stop()))
+                except Exception as exc:
+                    stopped.append((child, f"{type(exc).__name__}: {exc}"))
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    reader.close()
+            for sig, previous in signals.items():
+                signal.signal(sig, previous)
+            if own_dir:
+                shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            for child, rc in stopped:
+                console.print(f"stopped {child.name} (pid {child.pid}, exit {rc})", highlight=False)
+            if not own_dir:
+                console.print(f"data kept in {workdir}", highlight=False, soft_wrap=True)
+            if traffic is not None:
+                for line in closing_summary(traffic, scored, ran_for, watch):
+                    console.print(line, highlight=False, soft_wrap=True)
+        except OSError:  # the terminal itself went away: the children are already stopped
+            pass
     return code

@@ -14,6 +14,10 @@ outage, 429, timeout); the new line keeps the earlier results and adds up the us
 newer line wins. Rows that were unreadable are read again (the input may have been fixed). Ends with a summary table (mean, count, skipped, errors per metric) over the
 whole output file.
 
+Exit status 1 when no score came out, or when a CI gate fails: ``--fail-under faithfulness=0.8`` floors a
+higher-is-better metric's mean, ``--fail-over hallucination=0.2`` caps a lower-is-better one's (each metric's
+direction is checked, so a gate can never pass on the wrong side); 2 for a usage or configuration error.
+
 Settings are the collector's configuration (:mod:`ragtrace_collector.config`), the ``judge`` and ``scoring``
 sections of the same model ``serve`` reads: the flags override them, then the environment
 (``RAGTRACE_JUDGE=openai/gpt-4o-mini``, ``RAGTRACE_JUDGE__BASE_URL``, ``RAGTRACE_SCORING__OPTIONS__...``; the
@@ -30,7 +34,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +116,120 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dag", type=Path, help="YAML decision tree for the dag metric (scoring.options.dag, a file path)"
     )
+    parser.add_argument(
+        "--fail-under",
+        type=gate_pairs,
+        action="append",
+        metavar="METRIC=MIN[,...]",
+        help="CI gate for higher-is-better metrics: exit 1 when a metric's mean over the output file is below MIN "
+        "(e.g. faithfulness=0.8,answer_relevancy=0.7; repeatable)",
+    )
+    parser.add_argument(
+        "--fail-over",
+        type=gate_pairs,
+        action="append",
+        metavar="METRIC=MAX[,...]",
+        help="CI gate for lower-is-better metrics: exit 1 when a metric's mean is above MAX (e.g. hallucination=0.2)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
     parser.add_argument("--out", type=Path, required=True, help="output JSONL (appended to; resumable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def gate_pairs(text: str) -> dict[str, float]:
+    """``"faithfulness=0.8,answer_relevancy=0.7"`` as ``{metric: threshold}`` (an argparse type, so a typo is a
+    usage error before any row is scored)."""
+    gates: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        try:
+            threshold = float(value)
+        except ValueError:
+            threshold = math.nan
+        if not sep or not name or not math.isfinite(threshold):
+            raise argparse.ArgumentTypeError(f"expected METRIC=NUMBER, got {part!r}")
+        if name in gates:
+            raise argparse.ArgumentTypeError(f"{name} given twice")
+        gates[name] = threshold
+    if not gates:
+        raise argparse.ArgumentTypeError("expected METRIC=NUMBER[,METRIC=NUMBER...]")
+    return gates
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A regression gate on one metric's mean: a floor for higher-is-better metrics (``--fail-under``), a ceiling
+    for lower-is-better ones (``--fail-over``), so a gate can never pass on the wrong side of its threshold."""
+
+    metric: str
+    threshold: float
+    higher_is_better: bool
+
+    @property
+    def flag(self) -> str:
+        return "--fail-under" if self.higher_is_better else "--fail-over"
+
+    def passes(self, mean: float | None) -> bool:
+        """No score at all fails: a gate that saw nothing must not let the build through."""
+        if mean is None:
+            return False
+        return mean >= self.threshold if self.higher_is_better else mean <= self.threshold
+
+
+def gates_from(
+    fail_under: list[dict[str, float]] | None, fail_over: list[dict[str, float]] | None, metrics: list[str]
+) -> list[Gate]:
+    """The gates of ``--fail-under``/``--fail-over``, checked against each metric's direction and the scored
+    metrics; ``ValueError`` says which flag a metric belongs under (hallucination is gated from above)."""
+    from ragtrace_collector.scoring.metrics import METRICS
+
+    gates: list[Gate] = []
+    for flag, given, higher in (("--fail-under", fail_under, True), ("--fail-over", fail_over, False)):
+        for name, threshold in {k: v for pairs in given or [] for k, v in pairs.items()}.items():
+            metric = METRICS.get(name)
+            if metric is None:
+                raise ValueError(f"{flag}: unknown metric {name!r}")
+            if metric.higher_is_better != higher:
+                other = "--fail-over" if higher else "--fail-under"
+                side = "higher" if metric.higher_is_better else "lower"
+                raise ValueError(f"{flag} {name}: {side} is better for {name}, so gate it with {other}")
+            if name not in metrics:
+                raise ValueError(f"{flag} {name}: {name} is not among the metrics scored ({', '.join(metrics)})")
+            gates.append(Gate(name, threshold, higher))
+    seen = Counter(g.metric for g in gates)
+    if any(n > 1 for n in seen.values()):
+        raise ValueError(f"a metric is gated twice: {', '.join(m for m, n in seen.items() if n > 1)}")
+    return gates
+
+
+def check_gates(gates: list[Gate], summary: list[dict[str, Any]], err: Any) -> bool:
+    """One line per gate (failures in red, with the mean and the counts behind it); ``True`` when all pass."""
+    from rich.markup import escape
+
+    by_metric = {r["metric"]: r for r in summary}
+    ok = True
+    for gate in gates:
+        row = by_metric.get(gate.metric) or {"mean": None, "count": 0, "skipped": 0, "errors": 0}
+        mean = row["mean"]
+        spec = f"{gate.flag} {gate.metric}={gate.threshold:g}"
+        if gate.passes(mean):
+            op = ">=" if gate.higher_is_better else "<="
+            err.print(
+                f"[green]gate passed:[/green] {escape(gate.metric)} mean {mean:.4f} {op} {gate.threshold:g}",
+                soft_wrap=True,
+            )
+            continue
+        ok = False
+        if mean is None:
+            what = f"no score to compare ({row['skipped']} skipped, {row['errors']} errors)"
+        else:
+            op = "<" if gate.higher_is_better else ">"
+            what = f"mean {mean:.4f} {op} {gate.threshold:g} over {row['count']} scored rows"
+        err.print(f"[red]gate failed:[/red] {escape(gate.metric)} {what} ({escape(spec)})", soft_wrap=True)
+    return ok
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -417,6 +532,11 @@ def run(args: argparse.Namespace) -> int:
     if not metrics or unknown:
         err.print(f"[red]error:[/red] unknown metric(s): {escape(', '.join(unknown) or '(none given)')}")
         return 2
+    try:
+        gates = gates_from(getattr(args, "fail_under", None), getattr(args, "fail_over", None), metrics)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return 2
     if not args.data.is_file():
         err.print(f"[red]error:[/red] no such file: {escape(str(args.data))}")
         return 2
@@ -428,7 +548,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     try:
-        judge = judge_from_config(config.judge)
+        judge = judge_from_config(config.judge, config.local_judge)
     except Exception as exc:
         err.print(
             f"[red]error:[/red] cannot create judge {escape(repr(config.judge.model))}: "
@@ -476,7 +596,10 @@ def run(args: argparse.Namespace) -> int:
     err.print(f"scored {counts['scored']} rows, {counts['resumed']} already done, {counts['bad']} unreadable")
     summary, totals = summarise(args.out, metrics)
     print_summary(summary, totals, Console())
-    return _exit_status(summary, totals, err)
+    status = _exit_status(summary, totals, err)
+    if gates and not check_gates(gates, summary, err):
+        return 1
+    return status
 
 
 def _exit_status(summary: list[dict[str, Any]], totals: dict[str, Any], err: Any) -> int:

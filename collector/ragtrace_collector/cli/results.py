@@ -3,10 +3,13 @@
     ragtrace-collector results --metric faithfulness --below 0.5 [--limit 20] [--json]
     ragtrace-collector results --metric hallucination --above 0.3
     ragtrace-collector results --summary [--pipeline support] [--json]
+    ragtrace-collector results --metric faithfulness --since 1h --service checkout
+    ragtrace-collector results --trace-id 4bf92f3577b34da6a3ce929d0e0e4736   (every metric of one trace)
 
 Reads the local results store (``export.results_path`` of the config, default
 ``<data_dir>/results.sqlite``; ``--store`` names the file directly). "Worst" follows the metric's
-direction: lowest first where higher is better, highest first where lower is better.
+direction: lowest first where higher is better, highest first where lower is better; the newest first
+among equal scores (a fresh incident shows before old records of the same score).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ragtrace_collector.cli.printable import json_line, printable
+from ragtrace_collector.explorer.query import parse_duration, parse_time
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
 from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
 
@@ -26,13 +30,20 @@ MAX_TEXT = 160
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary)")
+    parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary or --trace-id)")
     parser.add_argument(
         "--summary", action="store_true", help="per metric: counts by status, mean and sampling-weighted mean score"
     )
     parser.add_argument("--below", type=float, default=None, help="only scores strictly below this")
     parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
     parser.add_argument("--pipeline", default=None, help="only this pipeline")
+    parser.add_argument("--service", default=None, help="only this service (the app's service.name)")
+    parser.add_argument(
+        "--since",
+        default=None,
+        help="only results stored since: a duration back from now (15m, 2h, 7d) or a time (ISO 8601, unix seconds)",
+    )
+    parser.add_argument("--trace-id", default=None, help="only this trace; without --metric, every metric of it")
     parser.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     parser.add_argument("--store", default=None, help="results store file (default: from the config)")
@@ -70,6 +81,8 @@ def as_json(row: StoredResult) -> dict[str, Any]:
         "unsupported_claims": unsupported_claims(row),
         "scored_at": row.scored_at,
         "sampling_weight": row.sampling_weight,
+        "status": row.status,
+        "reason": row.reason,
     }
     return out
 
@@ -79,13 +92,24 @@ def _short(text: str | None, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def since_time(text: str, now: float | None = None) -> float:
+    """``--since``: a duration back from now (``15m``) or a time (ISO 8601, unix seconds) → unix seconds."""
+    try:
+        return (time.time() if now is None else now) - parse_duration(text)
+    except ValueError:
+        return parse_time(text)
+
+
 def print_table(rows: list[StoredResult], out: TextIO) -> None:
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.scored_at))
+        outcome = f"{row.score:.3f}" if row.score is not None else f"{row.status:>5}"
         out.write(
-            f"{row.score:.3f}  {printable(row.metric)}  trace_id={printable(row.trace_id or '-')}"
+            f"{outcome}  {printable(row.metric)}  trace_id={printable(row.trace_id or '-')}"
             f"  pipeline={printable(row.pipeline or '-')}  judge={printable(row.judge or '-')}  {when}Z\n"
         )
+        if row.score is None and row.reason:
+            out.write(f"    reason:   {_short(row.reason)}\n")
         if row.user_input:
             out.write(f"    question: {_short(row.user_input)}\n")
         if row.response:
@@ -99,7 +123,9 @@ def print_summary(rows: list[dict[str, Any]], out: TextIO) -> None:
     for r in rows:
         mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
         weighted = "-" if r["weighted_mean"] is None else f"{r['weighted_mean']:.3f}"
-        out.write(f"{printable(r['metric']):<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n")
+        out.write(
+            f"{printable(r['metric']):<28} {r['scored']:>7} {r['skipped']:>7} {r['error']:>6} {mean:>7} {weighted:>8}\n"
+        )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -107,9 +133,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.limit < 1:
         print("--limit must be at least 1", file=sys.stderr)
         return 2
-    if not args.summary and not args.metric:
-        print("give --metric NAME (the worst records of one metric) or --summary", file=sys.stderr)
+    if not args.summary and not args.metric and not args.trace_id:
+        print("give --metric NAME (the worst records of one metric), --trace-id ID or --summary", file=sys.stderr)
         return 2
+    since = None
+    if args.since:
+        try:
+            since = since_time(args.since)
+        except ValueError as exc:
+            print(f"--since: {exc}", file=sys.stderr)
+            return 2
     try:
         path = store_path(args)
     except (OSError, ValueError) as exc:  # missing or invalid --config
@@ -135,8 +168,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print_summary(summary, out)
         return 0
     try:
-        rows = store.worst(args.metric, below=args.below, above=args.above, limit=args.limit, pipeline=args.pipeline)
-        if not rows and args.metric not in store.metrics():
+        if args.metric:
+            rows = store.worst(
+                args.metric,
+                below=args.below,
+                above=args.above,
+                limit=args.limit,
+                pipeline=args.pipeline,
+                since=since,
+                service=args.service,
+                trace_id=args.trace_id,
+            )
+        else:  # one trace: every metric, any outcome
+            rows = store.results_of_trace(args.trace_id, since=since)[: args.limit]
+        if not rows and args.metric and args.metric not in store.metrics():
             known = ", ".join(store.metrics()) or "none yet"
             print(f"no results for metric {args.metric!r} (stored metrics: {printable(known)})", file=sys.stderr)
             return 1

@@ -1,34 +1,35 @@
-"""Scores out as OpenTelemetry ``gen_ai.evaluation.result`` events, in the scored trace.
+"""Scores out as OpenTelemetry ``gen_ai.evaluation.result`` *events*: log records tied to the scored trace.
 
-Each result becomes one short span ``gen_ai.evaluation <metric>`` carrying one
-``gen_ai.evaluation.result`` event (``gen_ai.evaluation.name``, ``gen_ai.evaluation.score.value``,
-``gen_ai.evaluation.score.label``, ``gen_ai.evaluation.explanation``) inside the *scored* trace:
-its trace id is the record's, and its parent is the record's root span when the assembler
-recorded it in ``record.metadata["root_span_id"]`` (16 hex digits); otherwise the evaluation span is
-a root of that same trace. A trace backend (Tempo, Jaeger, Phoenix) then shows the scores beside
-the request they judge.
+Each scored (or failed) result becomes one OTLP log record whose event name is ``gen_ai.evaluation.result``
+and whose attributes are the GenAI semantic conventions' (``gen_ai.evaluation.name``,
+``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.score.label``, ``gen_ai.evaluation.explanation``,
+``error.type`` when the judge failed). The record carries the scored trace's id and the span it evaluates (the
+request's root span, ``record.metadata["root_span_id"]``, set by the assembler), so a backend (Tempo + Loki,
+Grafana, an OTel Collector) shows the scores beside the request they judge.
 
-Spans go through the OTel SDK's batch processor and OTLP exporter (HTTP/protobuf or gRPC) on a
-private ``TracerProvider`` (never the global one, so an app embedding the collector keeps its own).
-Sending never blocks scoring: the batch processor drops on overflow and a dead downstream only
-costs log lines.
+Events, not spans: an evaluation span stamped at scoring time inside the scored trace stretched the trace (a
+102 ms request showed 2.8 s in Phoenix, and the project's p99 latency with it). A log record adds nothing to
+any trace's duration.
+
+Records go through the OTel logs SDK's batch processor and OTLP log exporter (HTTP/protobuf or gRPC) on a
+private ``LoggerProvider`` (never the global one, so an app embedding the collector keeps its own). Sending never
+blocks scoring: the batch processor drops on overflow and a dead downstream only costs log lines.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import trace
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace import attributes as A
 from ragtrace_collector.model.record import RagRecord
@@ -37,33 +38,31 @@ from ragtrace_collector.model.result import MetricResult, unsupported_claims
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ragtrace-collector"
+SCOPE = "ragtrace.collector.evaluation"
 MAX_EXPLANATION_CHARS = 2000
+LOGS_PATH = "/v1/logs"
 
-_forced_trace_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("ragtrace_eval_trace_id", default=None)
 
-
-class _RecordTraceIds(IdGenerator):
-    """Gives a root evaluation span the scored record's trace id (set per emit)."""
-
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        return self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        forced = _forced_trace_id.get()
-        return forced if forced is not None else self._random.generate_trace_id()
+def logs_endpoint(endpoint: str) -> str:
+    """The OTLP/HTTP logs URL for ``endpoint``: a base URL gets ``/v1/logs``; a ``/v1/traces`` URL (what this key
+    held when scores were sent as spans) is pointed at ``/v1/logs`` of the same server; any other path is kept."""
+    parts = urlsplit(endpoint)
+    path = parts.path.rstrip("/")
+    if path == "":
+        return urlunsplit(parts._replace(path=LOGS_PATH))
+    if path.endswith("/v1/traces"):
+        log.warning("export.otlp_events.endpoint %s: evaluation events are logs now, sent to %s", endpoint, LOGS_PATH)
+        return urlunsplit(parts._replace(path=path[: -len("/v1/traces")] + LOGS_PATH))
+    return endpoint
 
 
 def make_exporter(
     endpoint: str, protocol: str = "http/protobuf", headers: Mapping[str, str] | None = None, timeout: float = 5.0
-) -> SpanExporter:
-    """The OTLP span exporter for ``endpoint`` (a base URL like ``http://tempo:4318``; the HTTP
-    exporter's ``/v1/traces`` path is added when absent)."""
+) -> LogRecordExporter:
+    """The OTLP log exporter for ``endpoint`` (a base URL like ``http://otel-collector:4318``)."""
     headers = dict(headers or {})
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
 
         parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
         return GrpcExporter(
@@ -71,12 +70,9 @@ def make_exporter(
         )
     if protocol != "http/protobuf":
         raise ValueError(f"unsupported OTLP protocol {protocol!r}: use http/protobuf or grpc")
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
 
-    parts = urlsplit(endpoint)
-    if parts.path in ("", "/"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=endpoint, headers=headers or None, timeout=timeout)
+    return HttpExporter(endpoint=logs_endpoint(endpoint), headers=headers or None, timeout=timeout)
 
 
 def explanation(result: MetricResult) -> str:
@@ -111,8 +107,23 @@ def parse_span_id(value: Any) -> int | None:
     return sid if 0 < sid < 2**64 else None
 
 
+def result_attributes(result: MetricResult) -> dict[str, Any]:
+    """The ``gen_ai.evaluation.result`` attributes of one result (semantic conventions' names)."""
+    attrs: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: result.metric}
+    if result.score is not None:
+        attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(result.score)
+    if result.label:
+        attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = result.label
+    why = explanation(result)
+    if why:
+        attrs[A.GEN_AI_EVALUATION_EXPLANATION] = why
+    if result.status == "error":
+        attrs[A.ERROR_TYPE] = "judge_error"
+    return attrs
+
+
 class EvaluationEvents:
-    """Sends each metric result as a ``gen_ai.evaluation.result`` event in the scored trace."""
+    """Sends each metric result as a ``gen_ai.evaluation.result`` event (an OTLP log record) of the scored trace."""
 
     def __init__(
         self,
@@ -120,7 +131,7 @@ class EvaluationEvents:
         *,
         protocol: str = "http/protobuf",
         headers: Mapping[str, str] | None = None,
-        exporter: SpanExporter | None = None,
+        exporter: LogRecordExporter | None = None,
         batch: bool = True,
         timeout: float = 5.0,
     ) -> None:
@@ -128,71 +139,45 @@ class EvaluationEvents:
             if not endpoint:
                 raise ValueError("EvaluationEvents needs an OTLP endpoint or an exporter")
             exporter = make_exporter(endpoint, protocol, headers, timeout)
-        self.provider = TracerProvider(
-            resource=Resource.create({"service.name": SERVICE_NAME}), id_generator=_RecordTraceIds()
-        )
+        self.provider = LoggerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
         # Scores are not urgent, but a second's delay keeps them close to the trace they judge.
-        processor = BatchSpanProcessor(exporter, schedule_delay_millis=1000) if batch else SimpleSpanProcessor(exporter)
-        self.provider.add_span_processor(processor)
-        self.tracer = self.provider.get_tracer("ragtrace.collector.evaluation")
+        processor = (
+            BatchLogRecordProcessor(exporter, schedule_delay_millis=1000)
+            if batch
+            else SimpleLogRecordProcessor(exporter)
+        )
+        self.provider.add_log_record_processor(processor)
+        self.logger = self.provider.get_logger(SCOPE)
 
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
-        """Queue one span+event per scored or failed result; returns how many were emitted."""
+        """Queue one event per scored or failed result; returns how many were emitted."""
         trace_id = parse_trace_id(record.trace_id)
         if trace_id is None:
             return 0  # not a live trace (a dataset row): nothing to attach the score to
-        root = parse_span_id((record.metadata or {}).get("root_span_id"))
-        parent = None
-        if root is not None:
-            parent = trace.set_span_in_context(
-                NonRecordingSpan(
-                    SpanContext(trace_id, root, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-                )
-            )
-        emitted = 0
-        token = _forced_trace_id.set(trace_id)
-        try:
-            for result in results:
-                if result.status == "skipped":
-                    continue
-                self._emit_one(record, result, judge, parent)
-                emitted += 1
-        finally:
-            _forced_trace_id.reset(token)
-        return emitted
-
-    def _emit_one(self, record: RagRecord, result: MetricResult, judge: str, parent: Any) -> None:
-        now = time.time_ns()
-        attrs: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: result.metric}
-        if result.score is not None:
-            attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(result.score)
-        if result.label:
-            attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = result.label
-        why = explanation(result)
-        if why:
-            attrs[A.GEN_AI_EVALUATION_EXPLANATION] = why
-        if result.status == "error":
-            attrs[A.ERROR_TYPE] = "judge_error"
-        span_attrs = {
-            A.OPENINFERENCE_SPAN_KIND: A.SPAN_KIND_EVALUATOR,
-            A.GEN_AI_EVALUATION_NAME: result.metric,
-            "ragtrace.judge": judge,
-        }
-        if record.pipeline:
-            span_attrs[A.RAGTRACE_PIPELINE_NAME] = record.pipeline
-        if record.service:
-            span_attrs["ragtrace.evaluated.service"] = record.service
-        span = self.tracer.start_span(
-            f"gen_ai.evaluation {result.metric}",
-            context=parent,
-            kind=SpanKind.INTERNAL,
-            attributes=span_attrs,
-            start_time=now,
+        span_id = parse_span_id((record.metadata or {}).get("root_span_id")) or 0  # 0: the trace, no span
+        context = trace.set_span_in_context(
+            NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
         )
-        span.add_event(A.GEN_AI_EVALUATION_RESULT_EVENT, attributes=attrs, timestamp=now)
-        if result.status == "error":
-            span.set_status(Status(StatusCode.ERROR, result.reason or "evaluation failed"))
-        span.end(end_time=now)
+        extra: dict[str, Any] = {"ragtrace.judge": judge}
+        if record.pipeline:
+            extra[A.RAGTRACE_PIPELINE_NAME] = record.pipeline
+        if record.service:
+            extra["ragtrace.evaluated.service"] = record.service
+        emitted = 0
+        for result in results:
+            if result.status == "skipped":
+                continue
+            failed = result.status == "error"
+            self.logger.emit(
+                timestamp=time.time_ns(),
+                context=context,
+                severity_number=SeverityNumber.WARN if failed else SeverityNumber.INFO,
+                severity_text="WARN" if failed else "INFO",
+                attributes={**result_attributes(result), **extra},
+                event_name=A.GEN_AI_EVALUATION_RESULT_EVENT,
+            )
+            emitted += 1
+        return emitted
 
     def flush(self, timeout_millis: int = 5000) -> bool:
         return self.provider.force_flush(timeout_millis)

@@ -6,9 +6,10 @@ Field names follow Ragas where Ragas has one (``user_input``, ``retrieved_contex
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Context(BaseModel):
@@ -27,6 +28,35 @@ class Turn(BaseModel):
 
     role: str
     content: str
+
+
+class ToolCall(BaseModel):
+    """One tool call: its name and arguments (Ragas's ``ToolCall``: ``name``, ``args``).
+
+    A plain string is a call by that name with no arguments stated; a dict may name its arguments ``args``,
+    ``arguments`` (OpenAI, OTel GenAI) or ``input_parameters`` (DeepEval), a JSON string or an object.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _coerce(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value}
+        if isinstance(value, dict) and "args" not in value:
+            args = next((value[k] for k in ("arguments", "input_parameters") if value.get(k) is not None), None)
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except ValueError:
+                    raise ValueError(f"tool call arguments are not a JSON object: {args[:80]!r}") from None
+            if args is not None:
+                return {**value, "args": args}
+        return value
 
 
 class RagRecord(BaseModel):
@@ -48,6 +78,13 @@ class RagRecord(BaseModel):
     response: str | None = None
     reference: str | None = None
     turns: list[Turn] = Field(default_factory=list)
+    # the answering generator's prompt as sent, where the trace recorded it (SelfCheckGPT re-samples it,
+    # prompt alignment reads the template's instructions from its system messages)
+    prompt_messages: list[Turn] = Field(default_factory=list)
+    # agentic requests: the tools called (from tool spans, or a data set row) and those expected (Ragas's name);
+    # None: not known (a row without the field), [] : none called / none expected
+    tools_called: list[ToolCall] | None = None
+    reference_tool_calls: list[ToolCall] | None = None
 
     model: str | None = None
     provider: str | None = None

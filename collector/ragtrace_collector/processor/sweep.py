@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.assembler import Assembler
+from ragtrace_collector.processor.conventions.completeness import missing_fields
 from ragtrace_collector.processor.sampling.sampler import Sampler
 from ragtrace_collector.queue.base import RecordQueue
 
@@ -36,16 +39,32 @@ class SweepObserver(Protocol):
     def dropped(self, pipeline: str | None, reason: str) -> None: ...
 
 
+class CompletenessObserver(Protocol):
+    """Hears of sampled records that lack a field (implemented by
+    :class:`ragtrace_collector.telemetry.completeness.IncompleteRecords`)."""
+
+    def observe(self, service: str | None, missing: Sequence[tuple[str, str, str]]) -> None:
+        """One record of ``service`` lacks each ``(field, cause, detail)`` of ``missing``."""
+
+
 class Sweeper:
     """Turns what assembly completed into sampled, queued records."""
 
     chunk = 512  # completed traces taken at a time: bounds what a sweep holds beyond assembly's bounds
 
-    def __init__(self, assembler: Assembler, sampler: Sampler, queue: RecordQueue, observer: SweepObserver) -> None:
+    def __init__(
+        self,
+        assembler: Assembler,
+        sampler: Sampler,
+        queue: RecordQueue,
+        observer: SweepObserver,
+        completeness: CompletenessObserver | None = None,
+    ) -> None:
         self.assembler = assembler
         self.sampler = sampler
         self.queue = queue
         self.observer = observer
+        self.completeness = completeness  # told why a sampled record lacks a field (see conventions.completeness)
         self.behind_since: float | None = None  # loop time since which each sweep found more than a chunk
         self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
 
@@ -75,6 +94,7 @@ class Sweeper:
                         record = self.assembler.build(item, full=True)
                         record.sampling_weight = summary.sampling_weight
                         selected.append(record)
+                        self._diagnose(record, item.spans)
                 except Exception:
                     log.exception("could not assemble trace %s", item.trace_id)
                     self.observer.dropped(None, ASSEMBLY_ERROR)
@@ -93,6 +113,17 @@ class Sweeper:
                 await self.run_once()
             except Exception:
                 log.exception("assembly sweep failed")
+
+    def _diagnose(self, record: RagRecord, spans: list[SpanData]) -> None:
+        """Report the fields the record lacks and why; a failure here costs a log line, never the record."""
+        if self.completeness is None:
+            return
+        try:
+            missing = missing_fields(record, spans)
+            if missing:
+                self.completeness.observe(record.service, missing)
+        except Exception:
+            log.exception("could not tell why trace %s is incomplete", record.trace_id)
 
     def close(self) -> None:
         """Wait for the last put to finish."""

@@ -11,14 +11,20 @@ A request is admitted only once its whole body has arrived, so a slow client nev
 body arrives it must keep up a minimum byte rate (else HTTP 408) and its bytes count against one budget
 shared by every connection (:meth:`Ingestor.reserve`), which bounds the memory of bodies in flight without
 a per-request slot an attacker could sit on.
+
+A request that was ingested can be handed on unchanged (``forward``, wired by the service to the forwarding
+exporter): its decoded body and content type, only after the spans reached the sink, so a request answered with
+an error (and retried by its client) is never forwarded twice. The callback must only enqueue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.spans import DecodedRequest
@@ -35,6 +41,14 @@ TIMEOUT = "timeout"  # the body did not arrive in time (read deadline / minimum 
 OVERLOADED = "overloaded"
 UNSUPPORTED = "unsupported_media_type"
 INTERNAL = "internal_error"
+
+log = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+# (decoded body, its content type, the parsed ExportTraceServiceRequest) of an ingested request; never blocks
+Forward = Callable[[bytes, str, Any], object]
 
 _LIMITS = LimitsConfig()  # the defaults are the config's (``limits`` section), written once there
 
@@ -55,6 +69,7 @@ class Ingestor:
         read_timeout_seconds: float = _LIMITS.read_timeout_seconds,
         min_body_bytes_per_second: int = _LIMITS.min_body_bytes_per_second,
         max_receiving_bytes: int = _LIMITS.max_receiving_bytes,
+        forward: Forward | None = None,
     ) -> None:
         self.sink = sink
         self.metrics = metrics
@@ -71,6 +86,7 @@ class Ingestor:
         self.min_body_rate = max(1, min_body_bytes_per_second)
         self.max_receiving_bytes = max(max_receiving_bytes, max_request_bytes)  # one full-size body always fits
         self.receiving_bytes = 0  # body bytes held by requests not finished yet (see reserve)
+        self.forward = forward  # ingested requests handed on unchanged (the forwarding exporter), if any
 
     def authorized(self, header: str | None) -> bool:
         """Constant-time check of an ``Authorization`` header (always true without a configured token).
@@ -145,11 +161,20 @@ class Ingestor:
         if self.metrics is not None:
             self.metrics.request(transport, status)
 
-    def ingest(self, request, transport: str) -> DecodedRequest:
-        """Keep the valid spans of a decoded ExportTraceServiceRequest; the result says what was refused."""
+    def ingest(
+        self, request, transport: str, body: bytes | None = None, content_type: str = PROTOBUF
+    ) -> DecodedRequest:
+        """Keep the valid spans of a decoded ExportTraceServiceRequest; the result says what was refused.
+
+        ``body`` is the request as received (decompressed) with its ``content_type``, for ``forward``."""
         decoded = extract_spans(request)
         if decoded.traces:
             self.sink(decoded)
+        if self.forward is not None:
+            try:
+                self.forward(body if body is not None else request.SerializeToString(), content_type, request)
+            except Exception:  # forwarding is best effort: it never fails a request the collector took
+                log.exception("could not hand an OTLP request to forwarding")
         if self.metrics is not None:
             self.metrics.spans(transport, decoded.accepted, decoded.errors)
             self.metrics.request(transport, PARTIAL if decoded.rejected else OK)

@@ -65,8 +65,8 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             ing.count(TRANSPORT, outcomes.OVERLOADED)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "collector saturated, retry later")
 
-    def _respond(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
-        decoded = self.ingestor.ingest(request, TRANSPORT)
+    def _respond(self, request: ExportTraceServiceRequest, body: bytes | None = None) -> ExportTraceServiceResponse:
+        decoded = self.ingestor.ingest(request, TRANSPORT, body)
         response = ExportTraceServiceResponse()
         if decoded.rejected:
             response.partial_success.rejected_spans = decoded.rejected
@@ -109,7 +109,7 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
                 ing.count(TRANSPORT, outcomes.MALFORMED)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             try:
-                response = self._respond(request)
+                response = self._respond(request, body)
             except Exception:
                 log.exception("failed to ingest an OTLP/gRPC request")
                 ing.count(TRANSPORT, outcomes.INTERNAL)

@@ -280,7 +280,7 @@ class OtlpHttpReceiver:
             ing.count(TRANSPORT, outcomes.MALFORMED)
             return _reply(reply_type, 400, _INVALID_ARGUMENT, str(exc))
         try:
-            decoded = ing.ingest(message, TRANSPORT)
+            decoded = ing.ingest(message, TRANSPORT, body, content_type)
         except Exception:
             log.exception("failed to ingest an OTLP/HTTP request")
             ing.count(TRANSPORT, outcomes.INTERNAL)

@@ -28,6 +28,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,16 @@ MAX_TOKENS = 256
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 DEFAULT_TOKENIZER = Path(__file__).parent / "judges" / "local" / "all-MiniLM-L6-v2.tokenizer.json"
+
+
+@dataclass(frozen=True)
+class TokenStates:
+    """One text's contextual token embeddings: the model's last hidden state, one row per WordPiece token
+    (``[CLS]`` and ``[SEP]`` included, not normalised)."""
+
+    tokens: list[str]
+    vectors: np.ndarray  # (len(tokens), DIMENSION) float32
+    truncated: bool  # the text had more than the model's MAX_TOKENS tokens; the rest was cut
 
 
 class EmbeddingModelError(RuntimeError):
@@ -169,6 +180,20 @@ class LocalEmbedder:
                 self._cache.move_to_end(text)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+        return out
+
+    def token_states(self, texts: Sequence[str]) -> list[TokenStates]:
+        """Each text's token-level last hidden state (what :meth:`embed` mean-pools), uncached; one text per run,
+        so no padding reaches the model. For BERTScore and MoverScore."""
+        out: list[TokenStates] = []
+        for text in texts:
+            encoding = self._tokenizer.encode(text or "")
+            ids = np.asarray([encoding.ids], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            hidden = np.asarray(self._session.run(None, feeds)[0][0], dtype=np.float32)
+            out.append(TokenStates(list(encoding.tokens), hidden, bool(encoding.overflowing)))
         return out
 
     def _encode(self, texts: list[str]) -> np.ndarray:

@@ -170,6 +170,52 @@ class GEvalScore:
     reason: str = ""
 
 
+NliLabel = Literal["entailment", "neutral", "contradiction"]
+
+
+@dataclass
+class NliVerdict:
+    """A hypothesis and its natural-language-inference relation to a premise: the premise entails it,
+    says nothing either way about it (``neutral``), or contradicts it."""
+
+    statement: str
+    label: NliLabel
+    reason: str = ""
+
+
+@dataclass
+class TokenLogprobs:
+    """The log-probabilities a model assigns to the tokens of a given continuation (GPTScore):
+    ``tokens[i]`` has natural-log probability ``logprobs[i]`` given the prompt and the tokens before it."""
+
+    tokens: list[str]
+    logprobs: list[float]
+
+
+@dataclass
+class RubricGrade:
+    """An evaluator's absolute grade (Prometheus): written feedback, then an integer 1–5."""
+
+    feedback: str
+    grade: int
+
+
+@dataclass
+class TaskOutcome:
+    """What the user asked the system to do (inferred from the input) and what the execution achieved."""
+
+    task: str
+    outcome: str
+
+
+@dataclass
+class TaskVerdict:
+    """How completely the outcome accomplishes the task, on [0, 1], and why."""
+
+    score: float
+    reason: str = ""
+
+
 class Judge:
     """Base class: every decision unsupported until an implementation overrides it.
 
@@ -270,6 +316,73 @@ class Judge:
     async def choose(self, instruction: str, options: Sequence[str], fields: dict[str, str]) -> str:
         """Pick one of ``options`` for a DAG decision node."""
         raise self._unsupported("DAG decisions")
+
+    # model-based families (issue 15) ---------------------------------------------------------
+    async def nli(self, premise: str, hypotheses: Sequence[str]) -> list[NliVerdict]:
+        """One NLI verdict per hypothesis (in order): does ``premise`` entail it, contradict it, or neither?"""
+        raise self._unsupported("natural language inference (entailment / neutral / contradiction)")
+
+    async def continuation_logprobs(self, prompt: str, continuation: str, model: str | None = None) -> TokenLogprobs:
+        """The token log-probabilities of ``continuation`` right after ``prompt`` (GPTScore), read from a model
+        that scores given text (``echo``); ``model`` overrides the judge's own. A model or provider that
+        returns no prompt log-probabilities is unsupported, never an estimate."""
+        raise self._unsupported("token log-probabilities of a given text")
+
+    async def sample_responses(
+        self, messages: Sequence[tuple[str, str]], n: int, temperature: float, model: str | None = None
+    ) -> list[str]:
+        """``n`` independent completions of the (role, content) ``messages`` at ``temperature`` > 0, from
+        ``model`` (the generator's, for SelfCheckGPT) or the judge's own."""
+        raise self._unsupported("re-sampling a generator")
+
+    async def rubric_grade(
+        self,
+        instruction: str,
+        response: str,
+        criteria: str,
+        descriptions: Sequence[str],
+        reference: str | None = None,
+        model: str | None = None,
+    ) -> RubricGrade:
+        """Prometheus absolute grading: feedback and a 1–5 grade of ``response`` to ``instruction`` on the
+        rubric (``criteria`` and the five score ``descriptions``, 1 to 5), against ``reference`` (a score-5
+        answer) when given; ``model`` is the evaluator model (the judge's own when ``None``)."""
+        raise self._unsupported("rubric grading")
+
+    async def assessment_questions(self, text: str, n: int) -> list[str]:
+        """``n`` closed (yes/no) questions about the key facts of ``text`` (summarization coverage)."""
+        raise self._unsupported("assessment question generation")
+
+    async def answer_questions(self, questions: Sequence[str], text: str) -> list[ClaimVerdict]:
+        """One answer per question (in order) from ``text`` alone: ``yes``, ``no``, or ``idk`` when it does not say."""
+        raise self._unsupported("closed question answering")
+
+    async def extract_instructions(self, prompt: str) -> list[str]:
+        """The instructions a prompt template gives the model (format, tone, length, content rules)."""
+        raise self._unsupported("instruction extraction")
+
+    async def instructions_followed(
+        self, instructions: Sequence[str], question: str, response: str
+    ) -> list[ClaimVerdict]:
+        """One verdict per instruction (in order): does the response follow it?"""
+        raise self._unsupported("instruction following")
+
+    async def extract_opinions(self, text: str) -> list[str]:
+        """The opinions ``text`` expresses (views and judgements, not facts), each as written."""
+        raise self._unsupported("opinion extraction")
+
+    async def judge_opinions(self, kind: Literal["toxicity", "bias"], opinions: Sequence[str]) -> list[ClaimVerdict]:
+        """One verdict per opinion (in order): is it toxic (``kind="toxicity"``) or biased (``"bias"``)?
+        ``yes`` flags it."""
+        raise self._unsupported(f"{kind} verdicts")
+
+    async def infer_task(self, steps: Sequence[tuple[str, str]]) -> TaskOutcome:
+        """The task the user gave and the outcome reached, from the execution's (step kind, content) steps."""
+        raise self._unsupported("task inference")
+
+    async def task_completion(self, task: str, outcome: str) -> TaskVerdict:
+        """How completely ``outcome`` accomplishes ``task`` (0–1)."""
+        raise self._unsupported("task completion")
 
     async def aclose(self) -> None:
         """Release clients and models."""

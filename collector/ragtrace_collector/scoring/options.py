@@ -18,7 +18,13 @@ from pydantic import BaseModel, ValidationError
 from ragtrace_collector.config import (
     ANSWER_RELEVANCY_VARIANTS,
     SAFETY_CATEGORIES,
+    GPTScoreConfig,
+    NliConfig,
+    PrometheusConfig,
+    PromptAlignmentConfig,
     ScoringOptionsConfig,
+    SelfCheckGPTConfig,
+    SummarizationConfig,
     describe_error,
 )
 
@@ -35,7 +41,21 @@ _CHECKED: tuple[str, ...] = (
     "rouge_type",
     "safety_categories",
     "safety_votes",
+    "moverscore_idf",
+    "tool_correctness_ordering",
+    "tool_correctness_arguments",
+    "tool_correctness_exact_match",
 )
+
+# Per-metric sections (config models, each field with its one default there); a mapping is validated into one.
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "nli": NliConfig,
+    "gptscore": GPTScoreConfig,
+    "selfcheckgpt": SelfCheckGPTConfig,
+    "prometheus": PrometheusConfig,
+    "summarization": SummarizationConfig,
+    "prompt_alignment": PromptAlignmentConfig,
+}
 
 
 @dataclass
@@ -57,13 +77,30 @@ class ScoringOptions:
     rouge_type: str = _DEFAULTS.rouge_type
     safety_categories: tuple[str, ...] = _DEFAULTS.safety_categories
     safety_votes: int = _DEFAULTS.safety_votes
+    moverscore_idf: str = _DEFAULTS.moverscore_idf
+    tool_correctness_ordering: bool = _DEFAULTS.tool_correctness_ordering
+    tool_correctness_arguments: bool = _DEFAULTS.tool_correctness_arguments
+    tool_correctness_exact_match: bool = _DEFAULTS.tool_correctness_exact_match
     geval: dict[str, Any] | None = None
     dag: dict[str, Any] | str | None = None
+    nli: NliConfig = field(default_factory=NliConfig)
+    gptscore: GPTScoreConfig = field(default_factory=GPTScoreConfig)
+    selfcheckgpt: SelfCheckGPTConfig = field(default_factory=SelfCheckGPTConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    summarization: SummarizationConfig = field(default_factory=SummarizationConfig)
+    prompt_alignment: PromptAlignmentConfig = field(default_factory=PromptAlignmentConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.geval, BaseModel):  # a config section's geval: unset keys take the metric's defaults
             self.geval = self.geval.model_dump(exclude_none=True)
+        for name, section in _SECTIONS.items():  # a mapping (tests, callers) is validated into its section
+            value = getattr(self, name)
+            if not isinstance(value, section):
+                try:
+                    setattr(self, name, section.model_validate(dict(value or {})))
+                except ValidationError as exc:
+                    raise ValueError(describe_error(exc, prefix=f"scoring.options.{name}")) from None
         try:
             checked = ScoringOptionsConfig.model_validate({name: getattr(self, name) for name in _CHECKED})
         except ValidationError as exc:
@@ -89,4 +126,5 @@ class ScoringOptions:
             **{name: getattr(section, name) for name in _CHECKED},
             geval=section.geval.model_dump(exclude_none=True) if section.geval is not None else None,
             dag=copy.deepcopy(section.dag),  # the metric normalises a spec in place: not the config's copy
+            **{name: getattr(section, name).model_copy(deep=True) for name in _SECTIONS},
         )

@@ -9,6 +9,15 @@ also what ``ragtrace-collector results`` reads to list the worst records.
 Rows keep the score, the status (``scored``/``skipped``/``error``), the metric's details
 (e.g. the unsupported claims), the trace id, pipeline, judge and time, plus the question and
 answer so a listing is readable without the trace backend.
+
+Beside them, one ``records`` row per record keeps the whole :class:`RagRecord` (contexts in rank
+order with their scores, latencies, tokens, model, session and user) so the records explorer can show
+a record without the trace backend. ``PRAGMA user_version`` is the schema version: a store written
+before the ``records`` table existed is migrated when opened (a records row per stored record, from
+what its results rows hold).
+
+Retention (:meth:`ResultsStore.enforce_retention`) deletes whole records, oldest first, past a maximum
+age and past a maximum size; the service runs it periodically.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
@@ -48,6 +57,55 @@ CREATE TABLE IF NOT EXISTS results (
 );
 CREATE INDEX IF NOT EXISTS results_metric_score ON results (metric, score);
 """
+
+# Version 2: one row per record with the whole record (the explorer's record page), and the indexes the
+# explorer's filters and retention use.
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS records (
+    record_key  TEXT PRIMARY KEY,
+    trace_id    TEXT,
+    service     TEXT,
+    pipeline    TEXT,
+    session_id  TEXT,
+    user_id     TEXT,
+    model       TEXT,
+    error       TEXT,
+    started_at  REAL,
+    scored_at   REAL NOT NULL,
+    occurred_at REAL NOT NULL,
+    record      TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS records_scored_at ON records (scored_at);
+CREATE INDEX IF NOT EXISTS records_occurred_at ON records (occurred_at);
+CREATE INDEX IF NOT EXISTS records_trace_id ON records (trace_id);
+CREATE INDEX IF NOT EXISTS records_session ON records (session_id, occurred_at);
+CREATE INDEX IF NOT EXISTS records_user ON records (user_id, occurred_at);
+CREATE INDEX IF NOT EXISTS records_service ON records (service);
+CREATE INDEX IF NOT EXISTS records_pipeline ON records (pipeline);
+CREATE INDEX IF NOT EXISTS results_scored_at ON results (scored_at);
+CREATE INDEX IF NOT EXISTS results_trace_id ON results (trace_id);
+INSERT OR IGNORE INTO records (record_key, trace_id, service, pipeline, scored_at, occurred_at)
+    SELECT record_key, MAX(trace_id), MAX(service), MAX(pipeline), MIN(scored_at), MIN(scored_at)
+    FROM results GROUP BY record_key;
+"""
+SCHEMA_VERSION = 2
+
+_RECORD_COLUMNS = (
+    "record_key",
+    "trace_id",
+    "service",
+    "pipeline",
+    "session_id",
+    "user_id",
+    "model",
+    "error",
+    "started_at",
+    "scored_at",
+    "occurred_at",
+    "record",
+)
+Outcome = Literal["scored", "skipped", "error"]
+Sort = Literal["newest", "worst"]
 
 _COLUMNS = (
     "record_key",
@@ -94,6 +152,73 @@ class StoredResult:
         return {name: getattr(self, name) for name in _COLUMNS}
 
 
+@dataclass
+class StoredRecord:
+    """One record as stored, with its results (by metric name order)."""
+
+    record_key: str
+    trace_id: str | None
+    service: str | None
+    pipeline: str | None
+    session_id: str | None
+    user_id: str | None
+    model: str | None
+    error: str | None
+    started_at: float | None
+    scored_at: float
+    occurred_at: float  # the request's start where known, else when it was stored: what "newest" and windows use
+    record: dict[str, Any] = field(default_factory=dict)  # the RagRecord's JSON ({} for a migrated store's rows)
+    results: list[StoredResult] = field(default_factory=list)
+
+    @property
+    def user_input(self) -> str | None:
+        """The question: from the record, else (migrated rows) from a result row."""
+        return self.record.get("user_input") or next((r.user_input for r in self.results if r.user_input), None)
+
+    @property
+    def response(self) -> str | None:
+        return self.record.get("response") or next((r.response for r in self.results if r.response), None)
+
+    @property
+    def judge(self) -> str | None:
+        return next((r.judge for r in self.results if r.judge), None)
+
+
+@dataclass
+class RecordQuery:
+    """A filter over stored records: every condition given must hold.
+
+    ``metric``, ``min_score``/``max_score``, ``judge`` and ``outcome`` hold together for one result of the
+    record (a score range means a scored result). ``sort="worst"`` orders by the chosen metric's score
+    (direction-aware), or without a metric by the record's worst 0–1 score; newest first among equals. A record's
+    time is its request's start where known, else when it was stored.
+    """
+
+    since: float | None = None  # unix seconds, on the record's time (the request's start, else when stored)
+    until: float | None = None
+    service: str | None = None
+    pipeline: str | None = None
+    metric: str | None = None
+    min_score: float | None = None
+    max_score: float | None = None
+    judge: str | None = None
+    outcome: Outcome | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    trace_id: str | None = None
+    sort: Sort = "newest"
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass
+class RecordPage:
+    """One page of :meth:`ResultsStore.records`: the records and how many match in all."""
+
+    records: list[StoredRecord]
+    total: int
+
+
 class ResultsStore:
     """SQLite (WAL) table of metric results keyed by ``(RagRecord.key, metric)``; thread-safe."""
 
@@ -103,12 +228,31 @@ class ResultsStore:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout=30000")
+        # a new file gives deleted pages back (retention shrinks it); an older file keeps reusing them
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
-            self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            self._migrate()
         self._closed = False
+
+    def _migrate(self) -> None:
+        """Create the tables, or bring an older store up to :data:`SCHEMA_VERSION`, in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(_SCHEMA):
+                self._db.execute(statement)
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            if version < 2:
+                for statement in _statements(_SCHEMA_V2):
+                    self._db.execute(statement)
+            if version < SCHEMA_VERSION:
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     # -- writing ----------------------------------------------------------------------------
     def add(self, record: RagRecord, results: Sequence[MetricResult], judge: str | None = None) -> list[bool]:
@@ -142,6 +286,26 @@ class ResultsStore:
                         ),
                     )
                     inserted.append(cur.rowcount == 1)
+                if results:
+                    started = record.start_time_unix_nano / 1e9 if record.start_time_unix_nano else None
+                    self._db.execute(
+                        f"INSERT OR IGNORE INTO records ({', '.join(_RECORD_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' for _ in _RECORD_COLUMNS)})",
+                        (
+                            record.key,
+                            record.trace_id,
+                            record.service,
+                            record.pipeline,
+                            record.session_id,
+                            record.user_id,
+                            record.model,
+                            record.error,
+                            started,
+                            now,
+                            started if started is not None else now,
+                            record.model_dump_json(exclude_none=True),
+                        ),
+                    )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -183,9 +347,13 @@ class ResultsStore:
         above: float | None = None,
         limit: int = 20,
         pipeline: str | None = None,
+        since: float | None = None,
+        service: str | None = None,
+        trace_id: str | None = None,
     ) -> list[StoredResult]:
-        """Scored rows of ``metric``, worst first (lowest score, or highest where lower is better),
-        filtered to ``score < below`` and/or ``score > above``."""
+        """Scored rows of ``metric``, worst first (lowest score, or highest where lower is better), the newest
+        first among equal scores; filtered to ``score < below`` and/or ``score > above``, stored at or after
+        ``since`` (unix seconds), of ``service`` and of ``trace_id``."""
         clauses = ["metric = ?", "status = 'scored'"]
         params: list[Any] = [metric]
         if below is not None:
@@ -194,11 +362,15 @@ class ResultsStore:
         if above is not None:
             clauses.append("score > ?")
             params.append(float(above))
-        if pipeline is not None:
-            clauses.append("pipeline = ?")
-            params.append(pipeline)
-        # "worst" follows each row's direction: ascending score when higher is better.
-        order = "CASE WHEN higher_is_better = 1 THEN score ELSE -score END ASC, scored_at ASC"
+        for column, value in (("pipeline", pipeline), ("service", service), ("trace_id", trace_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            clauses.append("scored_at >= ?")
+            params.append(float(since))
+        # "worst" follows each row's direction: ascending score when higher is better; then the newest
+        order = "CASE WHEN higher_is_better = 1 THEN score ELSE -score END ASC, scored_at DESC, record_key"
         sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"
         params.append(int(limit))
         with self._lock:
@@ -237,6 +409,174 @@ class ResultsStore:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT metric FROM results ORDER BY metric")]
 
+    def results_of_trace(self, trace_id: str, since: float | None = None) -> list[StoredResult]:
+        """Every result of one trace (all metrics, any status), newest first."""
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE trace_id = ?"
+        params: list[Any] = [trace_id]
+        if since is not None:
+            sql += " AND scored_at >= ?"
+            params.append(float(since))
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY scored_at DESC, metric", params).fetchall()
+        return [_row(r) for r in rows]
+
+    # -- the records explorer ------------------------------------------------------------------
+    def records(self, query: RecordQuery) -> RecordPage:
+        """The records matching ``query``, one page of them with their results, and how many match."""
+        where, params = _record_filter(query)
+        order = "r.occurred_at DESC, r.scored_at DESC, r.record_key"
+        order_params: list[Any] = []
+        if query.sort == "worst":
+            if query.metric is not None:
+                key = (
+                    "(SELECT CASE WHEN x.higher_is_better = 1 THEN x.score ELSE -x.score END FROM results x "
+                    "WHERE x.record_key = r.record_key AND x.metric = ? AND x.status = 'scored')"
+                )
+                order_params.append(query.metric)
+            else:
+                key = (
+                    "(SELECT MIN(CASE WHEN x.higher_is_better = 1 THEN x.score ELSE 1 - x.score END) FROM results x "
+                    "WHERE x.record_key = r.record_key AND x.status = 'scored' AND x.score BETWEEN 0 AND 1)"
+                )
+            order = f"{key} ASC NULLS LAST, {order}"
+        columns = ", ".join(f"r.{c}" for c in _RECORD_COLUMNS)
+        with self._lock:
+            total = int(self._db.execute(f"SELECT COUNT(*) FROM records r{where}", params).fetchone()[0])
+            rows = self._db.execute(
+                f"SELECT {columns} FROM records r{where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*params, *order_params, max(0, int(query.limit)), max(0, int(query.offset))],
+            ).fetchall()
+            records = [_record_row(row) for row in rows]
+            self._attach_results(records)
+        return RecordPage(records, total)
+
+    def record(self, key: str) -> StoredRecord | None:
+        """One record with its results, by trace id or record key (the newest when a trace id repeats)."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {', '.join(_RECORD_COLUMNS)} FROM records WHERE trace_id = ? OR record_key = ? "
+                "ORDER BY scored_at DESC LIMIT 1",
+                (key, key),
+            ).fetchone()
+            if row is None:
+                return None
+            found = _record_row(row)
+            self._attach_results([found])
+        return found
+
+    def session(self, session_id: str, limit: int = 500) -> list[StoredRecord]:
+        """The turns of a conversation: its records with their results, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {', '.join(_RECORD_COLUMNS)} FROM records WHERE session_id = ? "
+                "ORDER BY occurred_at ASC, scored_at ASC LIMIT ?",
+                (session_id, int(limit)),
+            ).fetchall()
+            records = [_record_row(row) for row in rows]
+            self._attach_results(records)
+        return records
+
+    def facets(self) -> dict[str, list[str]]:
+        """The values the explorer's filters offer: services, pipelines, metrics and judges stored."""
+        queries = {
+            "services": "SELECT DISTINCT service FROM records WHERE service IS NOT NULL ORDER BY service",
+            "pipelines": "SELECT DISTINCT pipeline FROM records WHERE pipeline IS NOT NULL ORDER BY pipeline",
+            "metrics": "SELECT DISTINCT metric FROM results ORDER BY metric",
+            "judges": "SELECT DISTINCT judge FROM results WHERE judge IS NOT NULL ORDER BY judge",
+        }
+        with self._lock:
+            return {name: [str(r[0]) for r in self._db.execute(sql)] for name, sql in queries.items()}
+
+    def _attach_results(self, records: list[StoredRecord]) -> None:
+        """Fill each record's results (the caller holds the lock)."""
+        by_key = {r.record_key: r for r in records}
+        keys = list(by_key)
+        for start in range(0, len(keys), 500):  # SQLite's bound on parameters
+            chunk = keys[start : start + 500]
+            rows = self._db.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM results WHERE record_key IN ({', '.join('?' for _ in chunk)}) "
+                "ORDER BY metric",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                result = _row(row)
+                by_key[result.record_key].results.append(result)
+
+    # -- retention -----------------------------------------------------------------------------
+    def size_bytes(self) -> int:
+        """Bytes the store's pages hold (free pages not counted): what ``max_bytes`` bounds."""
+        with self._lock:
+            pages = int(self._db.execute("PRAGMA page_count").fetchone()[0])
+            free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+            size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+        return (pages - free) * size
+
+    def enforce_retention(
+        self, max_age_seconds: float | None = None, max_bytes: int | None = None, now: float | None = None
+    ) -> int:
+        """Delete whole records (their results too), oldest first: those stored more than ``max_age_seconds``
+        ago, then as many more as bring the store under ``max_bytes``. Returns the records deleted.
+
+        Deletes go in small transactions so the scoring worker's writes wait little; a deleted record that
+        is delivered again would be scored again, so keep the age far above the queue's lease and backlog.
+        """
+        deleted = 0
+        if max_age_seconds is not None:
+            cutoff = (time.time() if now is None else now) - max_age_seconds
+            while True:
+                n = self._delete_oldest(500, before=cutoff)
+                deleted += n
+                if n < 500:
+                    break
+            with self._lock:  # results whose record row is gone (or never existed): by their own time
+                self._db.execute("DELETE FROM results WHERE scored_at < ?", (cutoff,))
+        if max_bytes is not None:
+            for _ in range(50):  # each pass deletes a share sized from the overshoot; a few passes suffice
+                used = self.size_bytes()
+                if used <= max_bytes:
+                    break
+                with self._lock:
+                    count = int(self._db.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+                if count == 0:
+                    break
+                share = 1.0 - 0.9 * max_bytes / used  # aim 10% under the bound, so it is not hit at once again
+                deleted += self._delete_oldest(max(1, min(count, int(count * share + 0.999))))
+        if deleted:
+            with self._lock:
+                self._db.executescript("PRAGMA incremental_vacuum;")  # stepped to the end: every free page
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted
+
+    def _delete_oldest(self, n: int, before: float | None = None) -> int:
+        """Delete the ``n`` oldest records (stored before ``before`` when given), in batches of 500."""
+        done = 0
+        while done < n:
+            batch = min(500, n - done)
+            with self._lock:
+                sql = "SELECT record_key FROM records"
+                params: list[Any] = []
+                if before is not None:
+                    sql += " WHERE scored_at < ?"
+                    params.append(before)
+                keys = [
+                    r[0] for r in self._db.execute(f"{sql} ORDER BY scored_at, record_key LIMIT ?", [*params, batch])
+                ]
+                if not keys:
+                    return done
+                marks = ", ".join("?" for _ in keys)
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute(f"DELETE FROM results WHERE record_key IN ({marks})", keys)
+                    self._db.execute(f"DELETE FROM records WHERE record_key IN ({marks})", keys)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            done += len(keys)
+            if len(keys) < batch:
+                break
+        return done
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -249,6 +589,68 @@ def _where(**filters: Any) -> tuple[str, tuple[Any, ...]]:
     if not items:
         return "", ()
     return " WHERE " + " AND ".join(f"{k} = ?" for k, _ in items), tuple(v for _, v in items)
+
+
+def _statements(script: str) -> list[str]:
+    return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def _record_filter(q: RecordQuery) -> tuple[str, list[Any]]:
+    """The WHERE clause (over ``records r``) and its parameters for a query."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("service", q.service),
+        ("pipeline", q.pipeline),
+        ("session_id", q.session_id),
+        ("user_id", q.user_id),
+        ("trace_id", q.trace_id),
+    ):
+        if value is not None:
+            clauses.append(f"r.{column} = ?")
+            params.append(value)
+    if q.since is not None:
+        clauses.append("r.occurred_at >= ?")
+        params.append(float(q.since))
+    if q.until is not None:
+        clauses.append("r.occurred_at < ?")
+        params.append(float(q.until))
+    # the conditions on one result of the record
+    inner: list[str] = []
+    inner_params: list[Any] = []
+    if q.metric is not None:
+        inner.append("x.metric = ?")
+        inner_params.append(q.metric)
+    if q.judge is not None:
+        inner.append("x.judge = ?")
+        inner_params.append(q.judge)
+    if q.outcome is not None:
+        inner.append("x.status = ?")
+        inner_params.append(q.outcome)
+    if q.min_score is not None or q.max_score is not None:
+        inner.append("x.status = 'scored'")
+    if q.min_score is not None:
+        inner.append("x.score >= ?")
+        inner_params.append(float(q.min_score))
+    if q.max_score is not None:
+        inner.append("x.score <= ?")
+        inner_params.append(float(q.max_score))
+    if inner:
+        clauses.append(
+            "EXISTS (SELECT 1 FROM results x WHERE x.record_key = r.record_key AND " + " AND ".join(inner) + ")"
+        )
+        params.extend(inner_params)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _record_row(row: Iterable[Any]) -> StoredRecord:
+    values = dict(zip(_RECORD_COLUMNS, row))
+    try:
+        record = json.loads(values["record"] or "{}")
+    except ValueError:
+        record = {}
+    values["record"] = record if isinstance(record, dict) else {}
+    return StoredRecord(**values)
 
 
 def _row(row: Iterable[Any]) -> StoredResult:

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ragtrace_collector.config import CollectorConfig
+from ragtrace_collector.explorer import Explorer
+from ragtrace_collector.exporter.forward import Forwarder
 from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
@@ -28,8 +30,10 @@ from ragtrace_collector.queue.base import ReportsMetrics
 from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+from ragtrace_collector.scoring.results_store import ResultsStore
 from ragtrace_collector.scoring.worker import ScoringWorker
-from ragtrace_collector.service.scoring import build_worker
+from ragtrace_collector.service.scoring import blocked_metrics, build_worker
+from ragtrace_collector.telemetry.completeness import IncompleteRecords
 from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 log = logging.getLogger(__name__)
@@ -55,12 +59,15 @@ class CollectorApp:
         self.sampler: Sampler | None = None
         self.sweeper: Sweeper | None = None
         self.ingestor: Ingestor | None = None
+        self.forwarder: Forwarder | None = None  # passes received OTLP requests on (``forward.endpoint``)
         self.http: OtlpHttpReceiver | None = None
         self.grpc: OtlpGrpcReceiver | None = None
         self.worker: ScoringWorker | None = None
         self._worker_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
         self._lag_task: asyncio.Task | None = None
+        self._retention_task: asyncio.Task | None = None
+        self.explorer: Explorer | None = None  # the records explorer, on the /metrics listener
         self.budget: Budget | None = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
@@ -100,9 +107,15 @@ class CollectorApp:
         if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
             self.queue.register_metrics(self.registry)
         if cfg.runs_receiver:
-            self.assembler = Assembler(state_from_config(cfg.assembly), observer=self.metrics)
+            self.assembler = Assembler(
+                state_from_config(cfg.assembly),
+                observer=self.metrics,
+                duplicate_window=cfg.assembly.duplicate_call_window_seconds,
+            )
             self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
             self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
+            if cfg.forward.endpoint:
+                self.forwarder = Forwarder.from_config(cfg.forward, self.registry)
             self.ingestor = Ingestor(
                 self.assembler.add,
                 self.metrics,
@@ -115,6 +128,7 @@ class CollectorApp:
                 min_body_bytes_per_second=cfg.limits.min_body_bytes_per_second,
                 max_receiving_bytes=cfg.limits.max_receiving_bytes,
                 pressure=self._under_pressure,
+                forward=self.forwarder.submit if self.forwarder is not None else None,
             )
             self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
             if cfg.listen.http_port is not None:
@@ -123,7 +137,15 @@ class CollectorApp:
             if cfg.listen.grpc_port is not None:
                 self.grpc = OtlpGrpcReceiver(self.ingestor)
                 await self.grpc.start(cfg.listen.host, cfg.listen.grpc_port)
-            self.sweeper = Sweeper(self.assembler, self.sampler, self.queue, self.metrics)
+            incomplete = IncompleteRecords(
+                self.registry,
+                self.metrics.service_label,
+                interval=cfg.assembly.incomplete_log_interval_seconds,
+                max_series=cfg.limits.max_series_per_label_set,
+                idle_seconds=cfg.limits.label_idle_seconds,
+                blocked=blocked_metrics(cfg.scoring),
+            )
+            self.sweeper = Sweeper(self.assembler, self.sampler, self.queue, self.metrics, incomplete)
             self._sweep_task = asyncio.create_task(
                 self.sweeper.run(cfg.assembly.sweep_interval_seconds), name="ragtrace-assembly-sweep"
             )
@@ -136,6 +158,9 @@ class CollectorApp:
             budget = self.budget
             self.worker.on_usage = lambda usage: budget.add_judge_tokens(usage.total_tokens)
             self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
+            self._retention_task = asyncio.create_task(
+                self._enforce_retention(self.worker.store), name="ragtrace-results-retention"
+            )
         if cfg.listen.metrics_port is not None:
             await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)
         self._ready = True
@@ -165,6 +190,9 @@ class CollectorApp:
         app.router.add_get("/metrics", handle_metrics)
         app.router.add_get("/healthz", handle_health)
         app.router.add_get("/readyz", handle_ready)
+        if self.config.explorer.enabled:
+            self.explorer = Explorer(self.config.results_path, self.config.explorer, self.config.auth.bearer_token)
+            self.explorer.add_routes(app)
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._metrics_runner.setup()
         site = web.TCPSite(self._metrics_runner, host, port, reuse_address=True)
@@ -180,7 +208,9 @@ class CollectorApp:
             await self.http.stop()
         if self.grpc is not None:
             await self.grpc.stop(grace=min(1.0, drain_timeout))
-        for task in (self._sweep_task, self._lag_task):
+        if self.forwarder is not None:  # what waits goes on within the bound, the rest is counted as shutdown
+            await asyncio.to_thread(self.forwarder.shutdown, min(drain_timeout, self.config.forward.timeout_seconds))
+        for task in (self._sweep_task, self._lag_task, self._retention_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -203,10 +233,25 @@ class CollectorApp:
             self.queue.close()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
+        if self.explorer is not None:
+            await asyncio.to_thread(self.explorer.close)
         if self.assembler is not None:
             self.assembler.state.close()
         if self.budget is not None:
             self.budget.close()
+
+    async def _enforce_retention(self, store: ResultsStore) -> None:
+        """Keep the results store within ``export.results_retention`` (age and size), now and every interval."""
+        retention = self.config.export.results_retention
+        max_age = retention.max_age_hours * 3600.0 if retention.max_age_hours is not None else None
+        while True:
+            try:
+                deleted = await asyncio.to_thread(store.enforce_retention, max_age, retention.max_bytes)
+                if deleted:
+                    log.info("results retention: %d records deleted (oldest first)", deleted)
+            except Exception as exc:  # a locked or full disk must not stop the collector; next interval retries
+                log.warning("results retention failed: %s", exc)
+            await asyncio.sleep(retention.interval_seconds)
 
     # --- admission's view of downstream pressure ---
     def _under_pressure(self) -> bool:

@@ -1,23 +1,78 @@
 """Wiring the scoring stage from the configuration: the judge, the worker, its results store and sinks.
 
 The worker itself (:mod:`ragtrace_collector.scoring.worker`) knows its collaborators only by their
-interfaces; this is where the concrete ones (Prometheus, OTLP events) are chosen.
+interfaces; this is where the concrete ones (Prometheus, OTLP events, Phoenix annotations) are chosen.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry
 
-from ragtrace_collector.config import CollectorConfig, JudgeConfig
+from ragtrace_collector.config import CollectorConfig, JudgeConfig, LocalJudgeConfig, ScoringConfig
 from ragtrace_collector.exporter.otlp_events import EvaluationEvents
+from ragtrace_collector.exporter.phoenix import PhoenixAnnotations
 from ragtrace_collector.exporter.prometheus import eval_metrics_for, watch_queue
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.queue.base import RecordQueue
 from ragtrace_collector.scoring.engine import evaluate_record, unknown_metrics
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.scoring.judges import make_judge
+from ragtrace_collector.scoring.metrics import METRICS
 from ragtrace_collector.scoring.options import ScoringOptions
 from ragtrace_collector.scoring.results_store import ResultsStore
-from ragtrace_collector.scoring.worker import ScoringWorker, TimedJudge, metrics_selector
+from ragtrace_collector.scoring.worker import ResultSink, ScoringWorker, TimedJudge, metrics_selector
+
+log = logging.getLogger(__name__)
+
+
+class FanOut:
+    """Several result sinks as one: each gets every result; one that fails costs a log line, not the others."""
+
+    def __init__(self, sinks: Sequence[ResultSink]) -> None:
+        self.sinks = list(sinks)
+
+    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None:
+        for sink in self.sinks:
+            try:
+                sink.emit(record, results, judge)
+            except Exception as exc:
+                log.warning("results not sent by %s: %s", type(sink).__name__, exc)
+
+    def shutdown(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.shutdown()
+            except Exception as exc:
+                log.warning("closing %s failed: %s", type(sink).__name__, exc)
+
+
+def result_sinks(config: CollectorConfig, registry: CollectorRegistry) -> ResultSink | None:
+    """Where results go besides Prometheus and the results store: OTLP events, Phoenix annotations (as configured)."""
+    sinks: list[ResultSink] = []
+    events_cfg = config.export.otlp_events
+    if events_cfg.endpoint:
+        sinks.append(
+            EvaluationEvents(events_cfg.endpoint, protocol=events_cfg.protocol, headers=dict(events_cfg.headers))
+        )
+    phoenix = config.export.phoenix
+    if phoenix.endpoint:
+        sinks.append(
+            PhoenixAnnotations(
+                phoenix.endpoint,
+                api_key=phoenix.api_key,
+                batch_size=phoenix.batch_size,
+                max_pending=phoenix.max_pending,
+                timeout=phoenix.timeout_seconds,
+                registry=registry,
+            )
+        )
+    if not sinks:
+        return None
+    return sinks[0] if len(sinks) == 1 else FanOut(sinks)
 
 
 def build_worker(
@@ -32,12 +87,8 @@ def build_worker(
     metrics = eval_metrics_for(registry, config.limits)
     watch_queue(registry, queue)
     if judge is None:
-        judge = judge_from_config(config.judge)
+        judge = judge_from_config(config.judge, config.local_judge)
     store = ResultsStore(config.results_path)
-    events_cfg = config.export.otlp_events
-    events = None
-    if events_cfg.endpoint:
-        events = EvaluationEvents(events_cfg.endpoint, protocol=events_cfg.protocol, headers=dict(events_cfg.headers))
     return ScoringWorker(
         queue,
         TimedJudge(judge, metrics),
@@ -46,7 +97,7 @@ def build_worker(
         metrics_for=metrics_selector(scoring.metrics, dict(scoring.pipelines)),
         evaluate=evaluate_record,
         options=ScoringOptions.from_config(scoring.options),
-        events=events,
+        events=result_sinks(config, registry),
         concurrency=scoring.concurrency,
         lease_seconds=scoring.lease_seconds,
         backoff_initial=scoring.backoff_initial_seconds,
@@ -55,10 +106,33 @@ def build_worker(
     )
 
 
-def judge_from_config(judge_cfg: JudgeConfig) -> Judge:
-    """The judge of the ``judge`` section: the embedded one for ``local``, else an LLM judge through litellm."""
+# A record field the completeness report names (processor.conventions.completeness.FIELDS) -> the metric inputs
+# (Metric.requires) it provides.
+_FIELD_INPUTS: dict[str, tuple[str, ...]] = {
+    "user_input": ("user_input",),
+    "retrieved_contexts": ("retrieved_contexts",),
+    "response": ("response",),
+    "tokens": ("output_tokens",),
+    "ttft": ("ttft_seconds",),
+}
+
+
+def blocked_metrics(scoring: ScoringConfig) -> dict[str, list[str]]:
+    """Per record field, the configured metrics that cannot be scored without it (for the incomplete-record log)."""
+    named = list(dict.fromkeys(list(scoring.metrics) + [m for ms in scoring.pipelines.values() for m in ms]))
+    out: dict[str, list[str]] = {}
+    for fld, inputs in _FIELD_INPUTS.items():
+        needing = [m for m in named if m in METRICS and set(inputs) & set(METRICS[m].requires)]
+        if needing:
+            out[fld] = needing
+    return out
+
+
+def judge_from_config(judge_cfg: JudgeConfig, local_cfg: LocalJudgeConfig | None = None) -> Judge:
+    """The judge of the ``judge`` section: the embedded one for ``local`` (its claim model from the
+    ``local_judge`` section), else an LLM judge through litellm."""
     if judge_cfg.model == "local":
-        return make_judge("local")
+        return make_judge("local", model=(local_cfg or LocalJudgeConfig()).model)
     return make_judge(
         judge_cfg.model,
         base_url=judge_cfg.base_url,

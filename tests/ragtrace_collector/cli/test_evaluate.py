@@ -333,3 +333,87 @@ def test_exit_status_gates_ci_when_no_score_comes_out(server, tmp_path, capsys):
     assert run_cli(server, data, out, "--metrics", "faithfulness") == 1
     err = capsys.readouterr().err
     assert "no score came out" in err and "judge/metric errors" in err
+
+
+def test_gates_fail_each_metric_on_its_own_side(server, tmp_path, capsys):
+    """A regression gate: faithfulness (higher is better) fails under its floor, hallucination (lower is better)
+    over its ceiling; a mean equal to the threshold passes; every failing metric gets its own line."""
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n" + row(2) + "\n")  # every row: faithfulness 0.5, hallucination 0.5
+    out = tmp_path / "out.jsonl"
+    both = ("--metrics", "faithfulness,hallucination")
+    assert (
+        run_cli(server, data, out, *both, "--fail-under", "faithfulness=0.5", "--fail-over", "hallucination=0.5") == 0
+    )
+    err = capsys.readouterr().err
+    assert "gate passed: faithfulness mean 0.5000 >= 0.5" in err and "gate passed: hallucination" in err
+    assert "gate failed" not in err
+
+    assert (
+        run_cli(server, data, out, *both, "--fail-under", "faithfulness=0.6", "--fail-over", "hallucination=0.4") == 1
+    )
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("gate failed:")]
+    assert lines == [
+        "gate failed: faithfulness mean 0.5000 < 0.6 over 2 scored rows (--fail-under faithfulness=0.6)",
+        "gate failed: hallucination mean 0.5000 > 0.4 over 2 scored rows (--fail-over hallucination=0.4)",
+    ], err
+
+    # one failing gate among passing ones fails the run; pairs may share a flag or repeat it
+    assert (
+        run_cli(server, data, out, *both, "--fail-under", "faithfulness=0.4", "--fail-over", "hallucination=0.45") == 1
+    )
+    err = capsys.readouterr().err
+    assert "gate passed: faithfulness" in err and "gate failed: hallucination" in err
+    three = ("--metrics", "faithfulness,context_precision")
+    assert run_cli(server, data, out, *three, "--fail-under", "faithfulness=0.5,context_precision=0.9") == 0
+    assert (
+        run_cli(server, data, out, *three, "--fail-under", "faithfulness=0.5", "--fail-under", "context_precision=1.01")
+        == 1
+    )
+    assert "gate failed: context_precision mean 1.0000 < 1.01" in capsys.readouterr().err
+
+
+def test_a_gate_on_the_wrong_side_or_an_unscored_metric_is_a_usage_error(server, tmp_path, capsys):
+    """Gating hallucination from below would pass on a collapse: it is refused (exit 2) before any judge call."""
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "hallucination", "--fail-under", "hallucination=0.2") == 2
+    assert "lower is better for hallucination, so gate it with --fail-over" in capsys.readouterr().err
+    assert run_cli(server, data, out, "--metrics", "faithfulness", "--fail-over", "faithfulness=0.2") == 2
+    assert "gate it with --fail-under" in capsys.readouterr().err
+    assert run_cli(server, data, out, "--metrics", "faithfulness", "--fail-under", "answer_relevancy=0.7") == 2
+    assert "answer_relevancy is not among the metrics scored" in capsys.readouterr().err
+    assert run_cli(server, data, out, "--metrics", "faithfulness", "--fail-under", "faithfulnes=0.7") == 2
+    assert "unknown metric 'faithfulnes'" in capsys.readouterr().err
+    for bad in ("faithfulness", "faithfulness=high", "faithfulness=nan", "=0.5", "faithfulness=0.5,faithfulness=0.6"):
+        with pytest.raises(SystemExit) as exc:
+            run_cli(server, data, out, "--metrics", "faithfulness", "--fail-under", bad)
+        assert exc.value.code == 2, bad
+    assert not server.requests and not out.exists()
+
+
+def test_a_gate_with_no_score_behind_it_fails(server, tmp_path, capsys):
+    """Every judge call failing must not pass a gate: no mean is a failed gate, with the reason counts."""
+    data = tmp_path / "in.jsonl"
+    data.write_text(row(1) + "\n")
+    server.responder = lambda body: 401
+    out = tmp_path / "out.jsonl"
+    assert run_cli(server, data, out, "--metrics", "faithfulness", "--fail-under", "faithfulness=0.1") == 1
+    err = capsys.readouterr().err
+    assert "gate failed: faithfulness no score to compare (0 skipped, 1 errors)" in err, err
+
+
+def test_gate_pairs_parse_metric_threshold_lists():
+    assert evaluate.gate_pairs("faithfulness=0.8, answer_relevancy=0.7,") == {
+        "faithfulness": 0.8,
+        "answer_relevancy": 0.7,
+    }
+    assert evaluate.Gate("faithfulness", 0.8, True).passes(0.8)
+    assert not evaluate.Gate("faithfulness", 0.8, True).passes(0.79)
+    assert evaluate.Gate("hallucination", 0.2, False).passes(0.2)
+    assert not evaluate.Gate("hallucination", 0.2, False).passes(0.21)
+    assert not evaluate.Gate("hallucination", 0.2, False).passes(None)
+    with pytest.raises(argparse.ArgumentTypeError):
+        evaluate.gate_pairs(" , ")

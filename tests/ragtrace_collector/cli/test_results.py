@@ -123,3 +123,51 @@ def test_metric_or_summary_is_required(tmp_path, capsys):
     fill(tmp_path / "r.sqlite")
     assert results_cmd.run(parse(["--store", str(tmp_path / "r.sqlite")])) == 2
     assert "--summary" in capsys.readouterr().err
+
+
+def fill_services(path: Path) -> None:
+    """Equal scores stored at known times, over two services."""
+    store = ResultsStore(path)
+    for i, service in enumerate(["web", "web", "api"]):
+        record = RagRecord(trace_id=f"{i + 1:032x}", service=service, user_input=f"question {i}", response="x")
+        store.add(
+            record,
+            [
+                MetricResult("faithfulness", "scored", 0.5),
+                MetricResult("context_recall", "skipped", reason="missing input: reference"),
+            ],
+            "local",
+        )
+    now = __import__("time").time()
+    for i, age in enumerate([7200.0, 60.0, 30.0]):  # seconds ago
+        store._db.execute("UPDATE results SET scored_at = ? WHERE record_key = ?", (now - age, f"{i + 1:032x}"))
+    store.close()
+
+
+def test_since_service_and_newest_first_among_equal_scores(tmp_path):
+    path = tmp_path / "r.sqlite"
+    fill_services(path)
+
+    def listed(*argv: str) -> list[str]:
+        out = io.StringIO()
+        assert results_cmd.run(parse(["--metric", "faithfulness", "--json", "--store", str(path), *argv]), out) == 0
+        return [json.loads(line)["trace_id"] for line in out.getvalue().splitlines()]
+
+    assert listed() == [f"{3:032x}", f"{2:032x}", f"{1:032x}"]  # equal scores: the newest first
+    assert listed("--since", "1h") == [f"{3:032x}", f"{2:032x}"]
+    assert listed("--service", "web") == [f"{2:032x}", f"{1:032x}"]
+    assert listed("--since", "1h", "--service", "web") == [f"{2:032x}"]
+    assert listed("--since", "2000-01-01T00:00:00Z") == [f"{3:032x}", f"{2:032x}", f"{1:032x}"]
+    assert listed("--trace-id", f"{2:032x}") == [f"{2:032x}"]
+
+
+def test_trace_id_alone_shows_every_metric_of_the_trace(tmp_path, capsys):
+    path = tmp_path / "r.sqlite"
+    fill_services(path)
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--trace-id", f"{2:032x}", "--store", str(path)]), out) == 0
+    text = out.getvalue()
+    assert "0.500  faithfulness" in text and "skipped  context_recall" in text
+    assert "reason:   missing input: reference" in text and f"{1:032x}" not in text
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--since", "soon", "--store", str(path)])) == 2
+    assert "--since" in capsys.readouterr().err

@@ -1,17 +1,31 @@
-"""gen_ai.evaluation.result events: sent over real OTLP/HTTP, inside the scored trace."""
+"""gen_ai.evaluation.result events: OTLP log records sent over real OTLP/HTTP and gRPC, tied to the scored trace.
+
+Events, not spans: the scored trace gains no span, so its duration (what a trace UI shows as latency) is unchanged.
+"""
 
 from __future__ import annotations
 
-import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import time
 
-from ragtrace_collector.exporter.otlp_events import EvaluationEvents, explanation, make_exporter
+import pytest
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from ragtrace_collector.exporter.otlp_events import EvaluationEvents, explanation, logs_endpoint, make_exporter
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from tests.support.otlp_sink import OtlpSink
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT = "b7ad6b7169203331"
+SEMCONV = {
+    "gen_ai.evaluation.name": "faithfulness",
+    "gen_ai.evaluation.score.value": 0.5,
+    "gen_ai.evaluation.score.label": "fail",
+    "gen_ai.evaluation.explanation": "Unsupported claims: Paris is in Spain",
+}
 
 
 @pytest.fixture
@@ -21,70 +35,117 @@ def sink():
     s.stop()
 
 
-@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
-def test_event_over_real_otlp_parented_to_root_span(sink, protocol):
-    port = sink.start_http() if protocol == "http/protobuf" else sink.start_grpc()
-    events = EvaluationEvents(f"http://127.0.0.1:{port}", protocol=protocol)
-    record = RagRecord(trace_id=TRACE, pipeline="qa", metadata={"root_span_id": ROOT})
-    results = [
+def results() -> list[MetricResult]:
+    return [
         MetricResult("faithfulness", "scored", 0.5, label="fail", details={"unsupported": ["Paris is in Spain"]}),
         MetricResult("context_recall", "skipped", reason="no reference"),
     ]
-    assert events.emit(record, results, "local") == 1
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_event_over_real_otlp_carries_the_scored_trace_and_span(sink, protocol):
+    port = sink.start_http() if protocol == "http/protobuf" else sink.start_grpc()
+    events = EvaluationEvents(f"http://127.0.0.1:{port}", protocol=protocol)
+    record = RagRecord(trace_id=TRACE, pipeline="qa", service="shop", metadata={"root_span_id": ROOT})
+    assert events.emit(record, results(), "local") == 1  # the skipped result is not an evaluation
     events.flush()
     events.shutdown()
-    (span,) = sink.wait_for_spans(1, timeout=5)
-    assert span["trace_id"] == TRACE and span["parent_span_id"] == ROOT
-    assert span["name"] == "gen_ai.evaluation faithfulness"
-    (event,) = span["events"]
-    assert event["name"] == "gen_ai.evaluation.result"
+    (event,) = sink.wait_for_logs(1, timeout=5)
+    assert event["event_name"] == "gen_ai.evaluation.result"
+    assert event["trace_id"] == TRACE and event["span_id"] == ROOT
     assert event["attributes"] == {
-        "gen_ai.evaluation.name": "faithfulness",
-        "gen_ai.evaluation.score.value": 0.5,
-        "gen_ai.evaluation.score.label": "fail",
-        "gen_ai.evaluation.explanation": "Unsupported claims: Paris is in Spain",
+        **SEMCONV,
+        "ragtrace.judge": "local",
+        "ragtrace.pipeline.name": "qa",
+        "ragtrace.evaluated.service": "shop",
     }
-    assert span["resource"]["service.name"] == "ragtrace-collector"
-    assert span["attributes"]["ragtrace.pipeline.name"] == "qa"
+    assert event["severity_text"] == "INFO" and event["severity_number"] == 9
+    assert event["resource"]["service.name"] == "ragtrace-collector"
+    assert event["scope"] == "ragtrace.collector.evaluation"
+    assert 0 < event["time_ns"] <= time.time_ns()
+    assert sink.spans() == [] and sink.bad_requests == 0  # no span: nothing is added to any trace
 
 
-def test_without_root_span_the_event_is_still_in_the_scored_trace():
-    exporter = InMemorySpanExporter()
+def test_a_traces_url_from_the_span_era_config_is_sent_to_logs(sink):
+    port = sink.start_http()
+    events = EvaluationEvents(f"http://127.0.0.1:{port}/v1/traces")  # what collector.example.yaml used to suggest
+    events.emit(RagRecord(trace_id=TRACE), results(), "local")
+    events.flush()
+    events.shutdown()
+    (event,) = sink.wait_for_logs(1, timeout=5)
+    assert event["trace_id"] == TRACE and sink.bad_requests == 0
+
+
+def test_scoring_leaves_the_scored_trace_unchanged(sink):
+    """A traced request and its scores sent to the same backend: the trace keeps its spans and its duration."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    port = sink.start_http()
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")))
+    tracer = provider.get_tracer("app")
+    with tracer.start_as_current_span("rag") as root, tracer.start_as_current_span("generate"):
+        time.sleep(0.02)
+    provider.shutdown()
+    trace_id = format(root.get_span_context().trace_id, "032x")
+    root_id = format(root.get_span_context().span_id, "016x")
+
+    def trace_view() -> tuple[int, int]:
+        spans = [s for s in sink.spans() if s["trace_id"] == trace_id]
+        return len(spans), max(s["end_ns"] for s in spans) - min(s["start_ns"] for s in spans)
+
+    before = trace_view()
+    time.sleep(0.2)  # scoring happens later than the request: a span stamped now would stretch the trace
+    events = EvaluationEvents(f"http://127.0.0.1:{port}", batch=False)
+    record = RagRecord(trace_id=trace_id, metadata={"root_span_id": root_id})
+    assert events.emit(record, [MetricResult("answer_relevancy", "scored", 0.9)], "local") == 1
+    events.shutdown()
+    (event,) = sink.wait_for_logs(1, timeout=5)
+    assert (event["trace_id"], event["span_id"]) == (trace_id, root_id)
+    assert trace_view() == before and before[0] == 2 and before[1] < 0.2e9
+
+
+def test_without_root_span_the_event_still_carries_the_trace():
+    exporter = InMemoryLogRecordExporter()
     events = EvaluationEvents(exporter=exporter, batch=False)
-    record = RagRecord(trace_id=TRACE)
     events.emit(
-        record,
+        RagRecord(trace_id=TRACE),
         [MetricResult("answer_relevancy", "scored", 0.9), MetricResult("bleu", "error", reason="boom")],
         "gpt-4o-mini",
     )
-    spans = exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["gen_ai.evaluation answer_relevancy", "gen_ai.evaluation bleu"]
-    assert all(format(s.context.trace_id, "032x") == TRACE and s.parent is None for s in spans)
-    assert spans[1].events[0].attributes["error.type"] == "judge_error"
-    assert spans[1].events[0].attributes["gen_ai.evaluation.explanation"] == "boom"
-    # the forced trace id does not leak into unrelated spans
-    other = events.tracer.start_span("other")
-    other.end()
-    assert format(other.context.trace_id, "032x") != TRACE
+    logs = [r.log_record for r in exporter.get_finished_logs()]
+    assert [r.attributes["gen_ai.evaluation.name"] for r in logs] == ["answer_relevancy", "bleu"]
+    assert all(format(r.trace_id, "032x") == TRACE and r.span_id == 0 for r in logs)
+    assert all(r.event_name == "gen_ai.evaluation.result" for r in logs)
+    assert logs[1].attributes["error.type"] == "judge_error"
+    assert logs[1].attributes["gen_ai.evaluation.explanation"] == "boom"
+    assert logs[1].severity_text == "WARN" and "gen_ai.evaluation.score.value" not in logs[1].attributes
 
 
 def test_records_without_a_trace_id_emit_nothing():
-    exporter = InMemorySpanExporter()
+    exporter = InMemoryLogRecordExporter()
     events = EvaluationEvents(exporter=exporter, batch=False)
     assert events.emit(RagRecord(id="row-1"), [MetricResult("bleu", "scored", 0.1)], "local") == 0
-    assert exporter.get_finished_spans() == ()
+    assert exporter.get_finished_logs() == ()
 
 
-def test_dead_downstream_does_not_raise():
+def test_dead_downstream_neither_raises_nor_blocks():
     events = EvaluationEvents("http://127.0.0.1:9", timeout=0.5)  # discard port: nothing listens
-    events.emit(RagRecord(trace_id=TRACE), [MetricResult("bleu", "scored", 0.1)], "local")
+    start = time.perf_counter()
+    for _ in range(50):
+        events.emit(RagRecord(trace_id=TRACE), [MetricResult("bleu", "scored", 0.1)], "local")
+    assert time.perf_counter() - start < 0.5  # emit only queues
     events.provider.force_flush(2000)
     events.shutdown()
 
 
 def test_exporter_choice_and_explanations():
-    assert make_exporter("http://h:4318")._endpoint == "http://h:4318/v1/traces"
-    assert make_exporter("http://h:4318/custom/path")._endpoint == "http://h:4318/custom/path"
+    assert logs_endpoint("http://h:4318") == "http://h:4318/v1/logs"
+    assert logs_endpoint("http://h:4318/") == "http://h:4318/v1/logs"
+    assert logs_endpoint("http://h:4318/v1/traces") == "http://h:4318/v1/logs"
+    assert logs_endpoint("https://h/otlp/v1/traces") == "https://h/otlp/v1/logs"
+    assert logs_endpoint("http://h:4318/custom/path") == "http://h:4318/custom/path"
+    assert make_exporter("http://h:4318")._endpoint == "http://h:4318/v1/logs"
     with pytest.raises(ValueError):
         make_exporter("http://h:4318", protocol="thrift")
     assert explanation(MetricResult("x", "scored", 1.0, reason="fine")) == "fine"

@@ -33,6 +33,10 @@ PINNED = [
     "bleu",
     "rouge",
     "levenshtein",
+    "meteor",
+    "bertscore",
+    "moverscore",
+    "tool_correctness",
     "noise_sensitivity_relevant",
     "noise_sensitivity_irrelevant",
     "completeness",
@@ -40,6 +44,16 @@ PINNED = [
     "geval",
     "dag",
     "latency",
+    "nli",
+    "gptscore",
+    "selfcheckgpt",
+    "prometheus",
+    "summarization",
+    "prompt_alignment",
+    "helpfulness",
+    "toxicity",
+    "bias",
+    "task_completion",
 ]
 
 FULL = RagRecord(
@@ -89,7 +103,15 @@ def test_registry_holds_exactly_the_pinned_names():
     for m in METRICS.values():
         assert m.__doc__ and "=" in m.__doc__, f"{m.name} states no formula"
     lower = {n for n, m in METRICS.items() if not m.higher_is_better}
-    assert lower == {"hallucination", "noise_sensitivity_relevant", "noise_sensitivity_irrelevant", "latency"}
+    assert lower == {
+        "hallucination",
+        "noise_sensitivity_relevant",
+        "noise_sensitivity_irrelevant",
+        "latency",
+        "selfcheckgpt",
+        "toxicity",
+        "bias",
+    }
 
 
 async def test_missing_inputs_skip_with_a_reason_never_a_score():

@@ -18,6 +18,8 @@ def make_config(tmp_path, **over):
         "data_dir": str(tmp_path),
         "listen": {"http_port": 0, "grpc_port": 0, "metrics_port": 0},
         "assembly": {"grace_seconds": 30.0, "sweep_interval_seconds": 60.0},
+        # shedding on event-loop lag is tested on its own (below); elsewhere a busy machine must not shed
+        "limits": {"max_loop_lag_seconds": None},
     }
     for key, value in over.items():
         data.setdefault(key, {}).update(value) if isinstance(value, dict) else data.__setitem__(key, value)

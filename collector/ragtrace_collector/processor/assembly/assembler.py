@@ -9,11 +9,21 @@ the oldest early (reason ``evicted``) and counts it, so memory stays bounded and
 
 Where in-flight traces wait is behind :class:`AssemblyState`, so the scale-out work can keep them in
 Redis (spans of one trace reaching different receivers) while this module keeps the policy.
+
+One model call traced in two traces (a framework's LLM span, and the client library's span starting a trace of
+its own, see ``conventions/duplicates.py``) makes one record: in a service that writes both generator spans
+nested in requests and traces of a bare model call, a completed bare call is held back (up to
+``duplicate_call_window_seconds``) until a request of the same service shows a generator span that was sent the
+same prompt and encloses it in time; its spans then join that request's trace (merged, when both complete in the
+same sweep) or are dropped (the request's record already left). Either way it completes under the reason
+``duplicate_llm_call``. Pairing is per process: with shared Redis state the two may complete in different
+receivers, and the bare call then makes its own record after the window.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -23,11 +33,18 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
-from ragtrace_collector.processor.conventions import build_record, is_request
+from ragtrace_collector.processor.conventions import build_record, duplicates, is_request
 
 # Completion reason reported for a trace that is no request (an index build, a vector-store write): it makes
 # no record, and is counted under this reason instead of the way it completed.
 REASON_NO_REQUEST = "no_request"
+# Completion reason of a trace that only repeats a model call another trace's record holds (see the module docs).
+REASON_DUPLICATE_CALL = "duplicate_llm_call"
+_DEFAULTS = AssemblyConfig()
+_SERVICE_MEMORY_SECONDS = 3600.0  # a service keeps its mark (nested generators, bare calls) this long after the last
+_MAX_SERVICES = 10_000  # services marked at once (least recently seen go first)
+_MAX_CALLS = 50_000  # framework model calls remembered for pairing (oldest go first)
+_MAX_HELD = 10_000  # bare calls held back at once (past it the oldest is released as a record)
 
 
 class AssemblyObserver(Protocol):
@@ -69,12 +86,21 @@ class Assembler:
         observer: AssemblyObserver | None = None,
         builder: Callable[..., RagRecord] = build_record,
         clock: Callable[[], float] = time.monotonic,
+        duplicate_window: float = _DEFAULTS.duplicate_call_window_seconds,
     ) -> None:
         self.state = state
         self.observer = observer
         self.builder = builder
         self.clock = clock
+        self.duplicate_window = duplicate_window
         self._evicted: list[CompletedTrace] = []
+        # services seen (when) writing generator spans nested in a request / traces that are one bare model call
+        self._nested: OrderedDict[str | None, float] = OrderedDict()
+        self._bare: OrderedDict[str | None, float] = OrderedDict()
+        # model calls of completed requests (of services writing both), by (service, prompt): (when seen, call)
+        self._calls: dict[tuple[str | None, str], list[tuple[float, duplicates.ModelCall]]] = {}
+        self._call_order: deque[tuple[float, tuple[str | None, str]]] = deque()
+        self._held: OrderedDict[str, tuple[float, CompletedTrace, duplicates.ModelCall]] = OrderedDict()
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
@@ -86,6 +112,8 @@ class Assembler:
                 nbytes += s.nbytes
                 if not s.parent_id or s.attrs.get(RAGTRACE_SPAN_ROLE) == ROLE_PIPELINE:
                     root = True
+                if duplicates.is_generator(s.attrs):
+                    _mark(self._nested if s.parent_id else self._bare, s.service, now)
             result = self.state.add(trace_id, spans, nbytes, root, now)
             late += result.late_spans
             if result.evicted:
@@ -103,10 +131,81 @@ class Assembler:
             out.extend(self.state.pop_due(self.clock(), limit))
         requests = [c for c in out if is_request(c.spans)]
         if self.observer is not None:
-            for c in out:
-                self.observer.trace_completed(c.reason if c in requests else REASON_NO_REQUEST)
+            for _ in range(len(out) - len(requests)):
+                self.observer.trace_completed(REASON_NO_REQUEST)
+        requests = self._pair_duplicate_calls(requests, everything)
+        if self.observer is not None:
             self.observer.inflight(*self.state.inflight())
         return requests
+
+    def _pair_duplicate_calls(self, requests: list[CompletedTrace], everything: bool) -> list[CompletedTrace]:
+        """``requests`` less the bare model calls repeating a request's call (merged into it, or dropped when its
+        record already left) and less those held back for their request, plus the held ones whose window passed;
+        each completion reported once, under its own reason or ``duplicate_llm_call``."""
+        now = self.clock()
+        _forget(self._nested, now)
+        _forget(self._bare, now)
+        out: list[CompletedTrace] = []
+        pending = list(self._held.values())
+        self._held.clear()
+        mixed = self._nested.keys() & self._bare.keys()  # services writing both: only there can a call be twice
+        for c in requests:
+            call = duplicates.bare_call(c.spans) if mixed and _service_of(c) in mixed else None
+            if call is not None:
+                pending.append((now, c, call))
+            else:
+                out.append(c)
+        unbuilt = {c.trace_id: c for c in out if _service_of(c) in mixed}
+        for c in unbuilt.values():
+            for framework_call in duplicates.framework_calls(c.spans):
+                self._remember(framework_call, now)
+        self._expire_calls(now)
+        paired = 0
+        for since, c, call in pending:
+            twin = self._take_twin(call)
+            if twin is not None:
+                owner = unbuilt.get(twin.trace_id)
+                if owner is not None:
+                    owner.spans.extend(duplicates.adopt(c.spans, call, twin))
+                paired += 1
+            elif everything or now - since >= self.duplicate_window:
+                out.append(c)
+            else:
+                self._held[c.trace_id] = (since, c, call)
+        while len(self._held) > _MAX_HELD:
+            out.append(self._held.popitem(last=False)[1][1])
+        if self.observer is not None:
+            for c in out:
+                self.observer.trace_completed(c.reason)
+            for _ in range(paired):
+                self.observer.trace_completed(REASON_DUPLICATE_CALL)
+        return out
+
+    def _remember(self, call: duplicates.ModelCall, now: float) -> None:
+        key = (call.service, call.prompt)
+        self._calls.setdefault(key, []).append((now, call))
+        self._call_order.append((now, key))
+
+    def _take_twin(self, bare: duplicates.ModelCall) -> duplicates.ModelCall | None:
+        """The remembered framework call ``bare`` repeats (used once), if any."""
+        entries = self._calls.get((bare.service, bare.prompt))
+        for i, (_, call) in enumerate(entries or ()):
+            if call.trace_id != bare.trace_id and duplicates.encloses(call, bare):
+                assert entries is not None
+                del entries[i]
+                return call
+        return None
+
+    def _expire_calls(self, now: float) -> None:
+        """Forget framework calls older than the window (and the oldest past :data:`_MAX_CALLS`)."""
+        horizon = now - max(self.duplicate_window, 0.0) * 2
+        while self._call_order and (self._call_order[0][0] < horizon or len(self._call_order) > _MAX_CALLS):
+            seen, key = self._call_order.popleft()
+            entries = self._calls.get(key)
+            if entries:
+                self._calls[key] = [e for e in entries if e[0] != seen]
+                if not self._calls[key]:
+                    del self._calls[key]
 
     def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
         """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""
@@ -122,3 +221,24 @@ class Assembler:
     def collect(self, limit: int | None = None, everything: bool = False) -> list[RagRecord]:
         """Build the records of every completed trace."""
         return [self.build(c) for c in self.completed(limit, everything)]
+
+
+def _mark(services: OrderedDict[str | None, float], service: str | None, now: float) -> None:
+    """Note that ``service`` was seen now (most recent last, bounded)."""
+    services[service] = now
+    services.move_to_end(service)
+    if len(services) > _MAX_SERVICES:
+        services.popitem(last=False)
+
+
+def _forget(services: OrderedDict[str | None, float], now: float) -> None:
+    """Drop the marks of services not seen for :data:`_SERVICE_MEMORY_SECONDS`."""
+    while services:
+        seen = next(iter(services.values()))
+        if now - seen < _SERVICE_MEMORY_SECONDS:
+            break
+        services.popitem(last=False)
+
+
+def _service_of(completed: CompletedTrace) -> str | None:
+    return next((s.service for s in completed.spans if s.service), None)

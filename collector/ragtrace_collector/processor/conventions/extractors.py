@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from ragtrace import attributes as A
-from ragtrace_collector.model.record import Context, Turn
+from ragtrace_collector.model.record import Context, ToolCall, Turn
 from ragtrace_collector.model.spans import EVENT_TIME, STATUS_ERROR, SpanData
 from ragtrace_collector.processor.conventions import documents, messages, roles
 from ragtrace_collector.processor.conventions.trace_spans import TraceSpans
@@ -47,6 +47,11 @@ _STREAM_KEYS = (A.GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming", "llm.is_streamin
 # Span events whose time is the first token's: OpenInference's, and OpenLLMetry's first streamed chunk.
 _FIRST_TOKEN_EVENTS = ("First Token Stream Event", "gen_ai.content.completion.chunk")
 _DOC_OUTPUT_KEYS = ("traceloop.entity.output", A.OUTPUT_VALUE)
+# Tool spans: the tool's name and the call's arguments (OTel GenAI, OpenInference, OpenLLMetry), and the tools a
+# request was expected to call (a JSON list of names or {"name", "args"} objects, set by the app).
+_TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
+_TOOL_ARGS_KEYS = ("gen_ai.tool.call.arguments", A.INPUT_VALUE, "traceloop.entity.input")
+RAGTRACE_REFERENCE_TOOL_CALLS = "ragtrace.reference.tool_calls"
 
 
 class QuestionAnswer(TypedDict):
@@ -79,6 +84,11 @@ class TimingFields(TypedDict):
     retrieval_duration_seconds: float | None  # summed over the retrieval calls (nested spans once)
     start_time_unix_nano: int | None
     end_time_unix_nano: int | None
+
+
+class ToolFields(TypedDict):
+    tools_called: list[ToolCall]
+    reference_tool_calls: list[ToolCall] | None
 
 
 class LabelFields(TypedDict):
@@ -423,6 +433,48 @@ def extract_timings(ts: TraceSpans) -> TimingFields:
     }
 
 
+def _tool_args(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments: a JSON object (OpenLLMetry's ``{"args": [...], "kwargs": {...}}`` unwrapped to its
+    keyword arguments, positional ones under ``args``), else a plain input as ``{"input": text}``."""
+    for key in _TOOL_ARGS_KEYS:
+        value = maybe_json(attrs.get(key))
+        if isinstance(value, dict):
+            if key == "traceloop.entity.input" and set(value) <= {"args", "kwargs"}:
+                kwargs = value.get("kwargs")
+                out = dict(kwargs) if isinstance(kwargs, dict) else {}
+                if value.get("args"):
+                    out["args"] = value["args"]
+                return out
+            return dict(value)
+        if isinstance(value, str) and value.strip():
+            return {"input": value}
+    return {}
+
+
+def extract_tools(ts: TraceSpans) -> ToolFields:
+    """Tools the request executed, in start order (a tool span nested in another is the same call, named by the
+    innermost span that states a name), and the tools it was expected to call (``ragtrace.reference.tool_calls``,
+    the request span first). A trace without tool spans called no tool."""
+    called: list[ToolCall] = []
+    for call in ts.calls(ts.tools):
+        inner_first = list(reversed(call))
+        name = next((n for s in inner_first if (n := first(s.attrs, _TOOL_NAME_KEYS))), None)
+        if not name:
+            continue
+        args = next((a for s in inner_first if (a := _tool_args(s.attrs))), {})
+        called.append(ToolCall.model_construct(name=str(name), args=args))
+    expected: list[ToolCall] | None = None
+    for s in ts.request_first():
+        value = maybe_json(s.attrs.get(RAGTRACE_REFERENCE_TOOL_CALLS))
+        if isinstance(value, (list, tuple)):
+            try:
+                expected = [ToolCall.model_validate(v) for v in value]
+            except ValueError:
+                continue  # malformed: as if absent, never a guessed reference
+            break
+    return {"tools_called": called, "reference_tool_calls": expected}
+
+
 def extract_labels(ts: TraceSpans) -> LabelFields:
     """Tags, merged (ragtrace SDK ``ragtrace.tags``, OpenInference ``tag.tags``), and metadata (OpenInference)."""
     tags: list[str] = []
@@ -448,3 +500,12 @@ def extract_turns(ts: TraceSpans, qa: QuestionAnswer, contexts: Sequence[Context
             prompt, qa["user_input"], qa["response"], [c.content for c in contexts]
         )
     ]
+
+
+def extract_prompt_messages(ts: TraceSpans) -> list[Turn]:
+    """The last generator prompt with messages, as sent (role, content): what SelfCheckGPT re-samples and
+    where prompt alignment finds the template's instructions. Empty when no span recorded its prompt."""
+    prompt: list[messages.Message] = []
+    for msgs in ts.generator_messages:
+        prompt = msgs.inputs or prompt
+    return [Turn.model_construct(role=role, content=content) for role, content in prompt if content.strip()]

@@ -21,9 +21,11 @@ from ragtrace_collector.processor.conventions.extractors import (
     extract_error,
     extract_generation,
     extract_labels,
+    extract_prompt_messages,
     extract_question_answer,
     extract_request_facts,
     extract_timings,
+    extract_tools,
     extract_turns,
 )
 from ragtrace_collector.processor.conventions.trace_spans import classify_spans
@@ -55,8 +57,10 @@ def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> Rag
     return RagRecord.model_construct(
         retrieved_contexts=contexts,
         turns=extract_turns(ts, qa, contexts),
+        prompt_messages=extract_prompt_messages(ts),
         sampling_weight=1.0,
         **extract_labels(ts),
+        **extract_tools(ts),
         **fields,
     )
 

@@ -19,6 +19,7 @@ RETRIEVER = "retriever"
 RERANKER = "reranker"
 GENERATOR = "generator"
 EMBEDDING = "embedding"
+TOOL = "tool"  # a tool the request executed (OpenInference TOOL, GenAI execute_tool, OpenLLMetry tool)
 OTHER = "other"
 
 _OPENINFERENCE = {
@@ -28,6 +29,7 @@ _OPENINFERENCE = {
     A.SPAN_KIND_RERANKER: RERANKER,
     A.SPAN_KIND_LLM: GENERATOR,
     A.SPAN_KIND_EMBEDDING: EMBEDDING,
+    "TOOL": TOOL,
 }
 _GENAI_OPERATION = {
     "chat": GENERATOR,
@@ -39,22 +41,23 @@ _GENAI_OPERATION = {
     "embeddings": EMBEDDING,
     "embedding": EMBEDDING,
     "rerank": RERANKER,
+    "execute_tool": TOOL,
     "invoke_agent": PIPELINE,
     "invoke_workflow": PIPELINE,
     "create_agent": PIPELINE,
     "workflow": PIPELINE,
     "framework": PIPELINE,
 }
-_TRACELOOP_KIND = {"workflow": PIPELINE, "agent": PIPELINE, "task": PIPELINE, "tool": OTHER}
+_TRACELOOP_KIND = {"workflow": PIPELINE, "agent": PIPELINE, "task": PIPELINE, "tool": TOOL}
 # Vector-database operations that read (OpenLIT writes ``gen_ai.operation.name = vectordb`` for every call,
 # index writes too, so the database operation decides).
 _DB_READS = ("query", "search", "similarity_search", "get", "query_points", "search_points", "peek", "fetch")
 
 
 def span_role(attrs: Mapping[str, Any]) -> str:
-    """One of PIPELINE, RETRIEVER, RERANKER, GENERATOR, EMBEDDING, OTHER (from attributes only)."""
+    """One of PIPELINE, RETRIEVER, RERANKER, GENERATOR, EMBEDDING, TOOL, OTHER (from attributes only)."""
     role = attrs.get(A.RAGTRACE_SPAN_ROLE)
-    if role in (PIPELINE, RETRIEVER, RERANKER, GENERATOR):
+    if role in (PIPELINE, RETRIEVER, RERANKER, GENERATOR, TOOL):
         return role
     kind = attrs.get(A.OPENINFERENCE_SPAN_KIND)
     if isinstance(kind, str) and kind.upper() in _OPENINFERENCE:

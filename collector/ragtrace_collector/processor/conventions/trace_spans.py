@@ -31,6 +31,7 @@ class TraceSpans:
     rerankers: tuple[SpanData, ...]
     generators: tuple[SpanData, ...]
     embeddings: tuple[SpanData, ...]
+    tools: tuple[SpanData, ...]
     top: SpanData | None  # the outermost pipeline span (explicit ragtrace pipelines first)
     root: SpanData | None  # the earliest root span (or the earliest span when every span has a parent)
 
@@ -128,6 +129,7 @@ def classify_spans(spans: list[SpanData]) -> TraceSpans:
         rerankers=tuple(by_role.get(roles.RERANKER, [])),
         generators=tuple(by_role.get(roles.GENERATOR, [])),
         embeddings=tuple(by_role.get(roles.EMBEDDING, [])),
+        tools=tuple(by_role.get(roles.TOOL, [])),
         top=top,
         root=root,
     )

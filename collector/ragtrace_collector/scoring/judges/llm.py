@@ -38,7 +38,7 @@ import random
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -51,8 +51,13 @@ from ragtrace_collector.scoring.judge import (
     Judge,
     JudgeError,
     JudgeUnsupported,
+    NliVerdict,
+    RubricGrade,
     SafetyVerdict,
     StatementClassification,
+    TaskOutcome,
+    TaskVerdict,
+    TokenLogprobs,
     UnavailableReason,
     record_usage,
     report_unavailable,
@@ -270,9 +275,18 @@ class LLMJudge(Judge):
         report_unavailable(error)
         return error
 
-    async def _complete(self, messages: list[dict[str, str]], temperature: float, logprobs: bool) -> Any:
+    async def _complete(
+        self,
+        messages: list[dict[str, str]],
+        temperature: float,
+        logprobs: bool,
+        model: str | None = None,
+        json_mode: bool | None = None,
+    ) -> Any:
+        """One chat completion; ``model`` overrides the judge's (same connection), ``json_mode`` its JSON mode."""
+        model = model or self.model
         kwargs: dict[str, Any] = {
-            "model": self.model,
+            "model": model,
             "messages": messages,
             "temperature": temperature,
             "timeout": self.timeout,
@@ -286,15 +300,20 @@ class LLMJudge(Judge):
             kwargs["api_base"] = self.base_url
         if self.api_key:
             kwargs["api_key"] = self.api_key
-        if self.json_mode:
+        if self.json_mode if json_mode is None else json_mode:
             kwargs["response_format"] = {"type": "json_object"}
         if logprobs:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = 20
-        digest = hashlib.sha256(json.dumps([messages, temperature, logprobs]).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps([model, messages, temperature, logprobs]).encode()).hexdigest()
         resp = await self._retrying(
-            f"judge call to {self.model}", lambda: litellm.acompletion(**kwargs), f"judge {self.model}", digest
+            f"judge call to {model}", lambda: litellm.acompletion(**kwargs), f"judge {model}", digest
         )
+        self._record_reply_usage(resp)
+        return resp
+
+    def _record_reply_usage(self, resp: Any) -> None:
+        """Count one answered call with the tokens and cost its reply reports."""
         usage = _get(resp, "usage") or {}
         try:
             cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
@@ -306,7 +325,6 @@ class LLMJudge(Judge):
             completion_tokens=int(_get(usage, "completion_tokens", 0) or 0),
             cost_usd=cost if math.isfinite(cost) else 0.0,
         )
-        return resp
 
     async def ask(
         self,
@@ -315,14 +333,22 @@ class LLMJudge(Judge):
         check: Callable[[M], str | None] | None = None,
         temperature: float = 0.0,
         logprobs: bool = False,
+        *,
+        model: str | None = None,
+        system: str = P.SYSTEM,
+        parse: Callable[[str], Any] | None = None,
     ) -> tuple[M, Any]:
         """Ask once (cached): the validated reply and the raw response (for log-probabilities).
 
         ``check`` returns an error message when a schema-valid reply is still unusable (wrong
-        number of verdicts...); it triggers the repair request like a schema error.
+        number of verdicts...); it triggers the repair request like a schema error. ``model`` asks another
+        model over the judge's connection; ``parse`` reads a reply that is not JSON (then JSON mode is off).
         """
+        model = model or self.model
         key = hashlib.sha256(
-            json.dumps([self.model, prompt, schema.__name__, temperature, logprobs]).encode()
+            json.dumps(
+                [model, system, prompt, schema.__name__, temperature, logprobs, getattr(parse, "__name__", None)]
+            ).encode()
         ).hexdigest()
         if key in self._cache:
             self._cache.move_to_end(key)
@@ -336,7 +362,7 @@ class LLMJudge(Judge):
         future: asyncio.Future = loop.create_future()
         self._inflight[key] = (loop, future)
         try:
-            result = await self._ask_uncached(prompt, schema, check, temperature, logprobs)
+            result = await self._ask_uncached(prompt, schema, check, temperature, logprobs, model, system, parse)
         except BaseException as exc:
             if not future.done():
                 if isinstance(exc, asyncio.CancelledError):  # only the owner was cancelled, not its waiters
@@ -380,12 +406,16 @@ class LLMJudge(Judge):
         check: Callable[[M], str | None] | None,
         temperature: float,
         logprobs: bool,
+        model: str | None = None,
+        system: str = P.SYSTEM,
+        parse: Callable[[str], Any] | None = None,
     ) -> tuple[M, Any]:
-        messages = [{"role": "system", "content": P.SYSTEM}, {"role": "user", "content": prompt}]
-        resp = await self._complete(messages, temperature, logprobs)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        json_mode = None if parse is None else False
+        resp = await self._complete(messages, temperature, logprobs, model, json_mode)
         content = self._reply_text(resp)
         try:
-            return self._validate(content, schema, check), resp
+            return self._validate(content, schema, check, parse), resp
         except _InvalidReply as invalid:
             first = self._cut_off(resp, invalid)
             repair = messages + [
@@ -395,13 +425,15 @@ class LLMJudge(Judge):
                     "content": (
                         f"Your reply could not be used: {first}. Reply again with only the JSON object in the "
                         "requested format, with every required field."
+                        if parse is None
+                        else f"Your reply could not be used: {first}. Reply again in exactly the requested format."
                     ),
                 },
             ]
-            resp = await self._complete(repair, temperature, logprobs)
+            resp = await self._complete(repair, temperature, logprobs, model, json_mode)
             content = self._reply_text(resp)
             try:
-                return self._validate(content, schema, check), resp
+                return self._validate(content, schema, check, parse), resp
             except _InvalidReply as invalid:
                 second = self._cut_off(resp, invalid)
                 raise JudgeError(
@@ -410,11 +442,16 @@ class LLMJudge(Judge):
                 ) from None
 
     @staticmethod
-    def _validate(content: str, schema: type[M], check: Callable[[M], str | None] | None) -> M:
+    def _validate(
+        content: str,
+        schema: type[M],
+        check: Callable[[M], str | None] | None,
+        parse: Callable[[str], Any] | None = None,
+    ) -> M:
         try:
-            data = parse_json_object(content)
+            data = (parse or parse_json_object)(content)
         except ValueError as exc:
-            raise _InvalidReply(f"not valid JSON ({exc})") from None
+            raise _InvalidReply(f"not valid JSON ({exc})" if parse is None else f"not in the format ({exc})") from None
         try:
             parsed = schema.model_validate(data)
         except ValidationError as exc:
@@ -576,6 +613,135 @@ class LLMJudge(Judge):
         reply, _ = await self.ask(P.choose_prompt(instruction, options, fields), P.ChoiceReply, check)
         return reply.choice
 
+    # model-based families: NLI, GPTScore, SelfCheckGPT, Prometheus, QAG, opinions, tasks ----------
+    async def nli(self, premise: str, hypotheses: Sequence[str]) -> list[NliVerdict]:
+        if not hypotheses:
+            return []
+        reply, _ = await self.ask(
+            P.nli_prompt(premise, hypotheses), P.NliReply, _ids_check(len(hypotheses), "verdicts")
+        )
+        by_id = {v.id: v for v in reply.verdicts}
+        return [NliVerdict(h, by_id[i].label, by_id[i].reason) for i, h in enumerate(hypotheses, 1)]
+
+    async def continuation_logprobs(self, prompt: str, continuation: str, model: str | None = None) -> TokenLogprobs:
+        """Through a text-completion request with ``echo`` (the prompt's own log-probabilities, no new
+        tokens): the tokens from the one that covers the start of ``continuation`` on. Chat-only models and
+        providers that drop ``echo`` return none: :class:`JudgeUnsupported`."""
+        model = model or self.model
+        text = prompt + continuation
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "prompt": text,
+            "echo": True,
+            "logprobs": 1,
+            "max_tokens": 0,
+            "temperature": 0.0,
+            "timeout": self.timeout,
+            "max_retries": 0,
+        }
+        if self.base_url:
+            kwargs["api_base"] = self.base_url
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        digest = hashlib.sha256(json.dumps([model, text, "echo"]).encode()).hexdigest()
+        resp = await self._retrying(
+            f"log-probability call to {model}", lambda: litellm.atext_completion(**kwargs), f"model {model}", digest
+        )
+        self._record_reply_usage(resp)
+        return _continuation_logprobs(resp, text, len(prompt), model)
+
+    async def sample_responses(
+        self, messages: Sequence[tuple[str, str]], n: int, temperature: float, model: str | None = None
+    ) -> list[str]:
+        """``n`` separate requests (not ``n=``, which many providers drop), free text, never cached."""
+        chat = [{"role": role, "content": content} for role, content in messages]
+
+        async def one() -> str:
+            resp = await self._complete(chat, temperature, False, model, json_mode=False)
+            text = self._reply_text(resp).strip()
+            if not text:
+                raise JudgeError(f"model {model or self.model} returned an empty sample", retryable=False)
+            return text
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+    async def rubric_grade(
+        self,
+        instruction: str,
+        response: str,
+        criteria: str,
+        descriptions: Sequence[str],
+        reference: str | None = None,
+        model: str | None = None,
+    ) -> RubricGrade:
+        """The published Prometheus absolute-grading prompt and reply format (``Feedback: ... [RESULT] n``)."""
+        if len(descriptions) != 5:
+            raise JudgeUnsupported(f"a Prometheus rubric needs 5 score descriptions, got {len(descriptions)}")
+        reply, _ = await self.ask(
+            P.prometheus_prompt(instruction, response, criteria, descriptions, reference),
+            P.RubricReply,
+            model=model,
+            system=P.PROMETHEUS_SYSTEM,
+            parse=P.parse_rubric_reply,
+        )
+        return RubricGrade(reply.feedback, reply.score)
+
+    async def assessment_questions(self, text: str, n: int) -> list[str]:
+        def check(r: P.QuestionListReply) -> str | None:
+            return None if any(q.strip() for q in r.questions) else "expected at least one question"
+
+        reply, _ = await self.ask(P.assessment_questions_prompt(text, n), P.QuestionListReply, check)
+        return [q.strip() for q in reply.questions if q.strip()][:n]
+
+    async def answer_questions(self, questions: Sequence[str], text: str) -> list[ClaimVerdict]:
+        if not questions:
+            return []
+        reply, _ = await self.ask(
+            P.answer_questions_prompt(questions, text), P.VerdictsReply, _ids_check(len(questions), "verdicts")
+        )
+        by_id = {v.id: v for v in reply.verdicts}
+        return [ClaimVerdict(q, by_id[i].verdict, by_id[i].reason) for i, q in enumerate(questions, 1)]
+
+    async def extract_instructions(self, prompt: str) -> list[str]:
+        reply, _ = await self.ask(P.instructions_prompt(prompt), P.InstructionsReply)
+        return [i.strip() for i in reply.instructions if i.strip()]
+
+    async def instructions_followed(
+        self, instructions: Sequence[str], question: str, response: str
+    ) -> list[ClaimVerdict]:
+        if not instructions:
+            return []
+        reply, _ = await self.ask(
+            P.instructions_followed_prompt(instructions, question, response),
+            P.VerdictsReply,
+            _ids_check(len(instructions), "verdicts"),
+        )
+        by_id = {v.id: v for v in reply.verdicts}
+        return [ClaimVerdict(t, by_id[i].verdict, by_id[i].reason) for i, t in enumerate(instructions, 1)]
+
+    async def extract_opinions(self, text: str) -> list[str]:
+        reply, _ = await self.ask(P.opinions_prompt(text), P.OpinionsReply)
+        return [o.strip() for o in reply.opinions if o.strip()]
+
+    async def judge_opinions(self, kind: Literal["toxicity", "bias"], opinions: Sequence[str]) -> list[ClaimVerdict]:
+        if kind not in P.OPINION_DEFINITIONS:
+            raise JudgeUnsupported(f"unknown opinion verdict kind {kind!r}")
+        if not opinions:
+            return []
+        reply, _ = await self.ask(
+            P.opinion_verdicts_prompt(kind, opinions), P.VerdictsReply, _ids_check(len(opinions), "verdicts")
+        )
+        by_id = {v.id: v for v in reply.verdicts}
+        return [ClaimVerdict(o, by_id[i].verdict, by_id[i].reason) for i, o in enumerate(opinions, 1)]
+
+    async def infer_task(self, steps: Sequence[tuple[str, str]]) -> TaskOutcome:
+        reply, _ = await self.ask(P.infer_task_prompt(steps), P.TaskReply)
+        return TaskOutcome(reply.task.strip(), reply.outcome.strip())
+
+    async def task_completion(self, task: str, outcome: str) -> TaskVerdict:
+        reply, _ = await self.ask(P.task_completion_prompt(task, outcome), P.TaskVerdictReply)
+        return TaskVerdict(float(reply.score), reply.reason)
+
     # embeddings -------------------------------------------------------------------------------
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         texts = list(texts)
@@ -716,3 +882,31 @@ def score_probabilities(resp: Any, lo: int, hi: int) -> dict[int, float] | None:
             return {k: v / total for k, v in sorted(probs.items())}
         seen += token
     return None
+
+
+def _continuation_logprobs(resp: Any, text: str, start: int, model: str) -> TokenLogprobs:
+    """The echoed tokens of ``text`` from the one covering character ``start`` on, with their log-probabilities.
+
+    Offsets come from ``text_offset``, or from the tokens' lengths when they spell ``text`` exactly; a reply
+    without echoed prompt log-probabilities is :class:`JudgeUnsupported` (the provider cannot score text)."""
+    choices = _get(resp, "choices") or []
+    lp = _get(choices[0], "logprobs") if choices else None
+    tokens = [str(t) for t in (_get(lp, "tokens") or [])] if lp is not None else []
+    values = list(_get(lp, "token_logprobs") or []) if lp is not None else []
+    if not tokens or len(values) != len(tokens):
+        raise JudgeUnsupported(f"model {model} returned no prompt log-probabilities (needs echo with logprobs)")
+    offsets = list(_get(lp, "text_offset") or [])
+    if len(offsets) != len(tokens):
+        if "".join(tokens) != text:
+            raise JudgeUnsupported(f"model {model} returned log-probabilities without token offsets")
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+    picked = [(t, v) for t, v, o in zip(tokens, values, offsets) if int(o) >= start or int(o) + len(t) > start]
+    if not picked or any(v is None for _, v in picked):
+        raise JudgeUnsupported(f"model {model} returned no log-probabilities for the scored text")
+    out = [float(v) for _, v in picked]
+    if any(not math.isfinite(v) or v > 0 for v in out):
+        raise JudgeError(f"model {model} returned invalid log-probabilities", retryable=False)
+    return TokenLogprobs([t for t, _ in picked], out)

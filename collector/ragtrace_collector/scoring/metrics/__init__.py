@@ -17,12 +17,23 @@ from ragtrace_collector.scoring.metrics.context import (
 from ragtrace_collector.scoring.metrics.conversation import Completeness
 from ragtrace_collector.scoring.metrics.correctness import AnswerCorrectness, AnswerSimilarity
 from ragtrace_collector.scoring.metrics.faithfulness import Faithfulness, Hallucination
-from ragtrace_collector.scoring.metrics.geval import Dag, GEval
+from ragtrace_collector.scoring.metrics.geval import Dag, GEval, Helpfulness
+from ragtrace_collector.scoring.metrics.gptscore import GPTScore
 from ragtrace_collector.scoring.metrics.latency import Latency
 from ragtrace_collector.scoring.metrics.lexical import Bleu, Levenshtein, Rouge
+from ragtrace_collector.scoring.metrics.meteor import Meteor
+from ragtrace_collector.scoring.metrics.nli import Nli
 from ragtrace_collector.scoring.metrics.noise import NoiseSensitivityIrrelevant, NoiseSensitivityRelevant
+from ragtrace_collector.scoring.metrics.opinions import Bias, Toxicity
+from ragtrace_collector.scoring.metrics.prompt_alignment import PromptAlignment
 from ragtrace_collector.scoring.metrics.relevancy import AnswerRelevancy
+from ragtrace_collector.scoring.metrics.rubric import Prometheus
 from ragtrace_collector.scoring.metrics.safety import Safety
+from ragtrace_collector.scoring.metrics.selfcheck import SelfCheckGPT
+from ragtrace_collector.scoring.metrics.summarization import Summarization
+from ragtrace_collector.scoring.metrics.task_completion import TaskCompletion
+from ragtrace_collector.scoring.metrics.token_embedding import BertScore, MoverScore
+from ragtrace_collector.scoring.metrics.tools import ToolCorrectness
 
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -39,6 +50,9 @@ METRICS: dict[str, Metric] = {
         Bleu(),
         Rouge(),
         Levenshtein(),
+        Meteor(),
+        BertScore(),
+        MoverScore(),
         NoiseSensitivityRelevant(),
         NoiseSensitivityIrrelevant(),
         Completeness(),
@@ -46,6 +60,17 @@ METRICS: dict[str, Metric] = {
         GEval(),
         Dag(),
         Latency(),
+        Nli(),
+        GPTScore(),
+        SelfCheckGPT(),
+        Prometheus(),
+        Summarization(),
+        PromptAlignment(),
+        Helpfulness(),
+        Toxicity(),
+        Bias(),
+        TaskCompletion(),
+        ToolCorrectness(),
     )
 }
 

@@ -52,6 +52,8 @@ _INPUTS: dict[str, Callable[[RagRecord], bool]] = {
     "ttft_seconds": lambda r: r.ttft_seconds is not None,
     "tpot_seconds": lambda r: r.tpot_seconds is not None,
     "output_tokens": lambda r: r.output_tokens is not None,
+    "tools_called": lambda r: r.tools_called is not None,
+    "reference_tool_calls": lambda r: r.reference_tool_calls is not None,
 }
 
 

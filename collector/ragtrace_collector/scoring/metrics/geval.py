@@ -110,6 +110,36 @@ class GEval(Metric):
         return await run_geval(ctx, ctx.options.geval)
 
 
+HELPFULNESS: dict[str, Any] = {
+    "name": "helpfulness",
+    "criteria": "Helpfulness: the response addresses what the user asked, gives correct, specific and usable "
+    "information or steps, and is clear and appropriately complete, without evasion or needless padding.",
+    "params": ["user_input", "response"],
+    "min_score": 1,
+    "max_score": 5,
+    "steps": [
+        "Read the user input and identify what the user needs.",
+        "Check whether the response addresses that need directly rather than evading or changing the subject.",
+        "Check that the information or steps given are specific, correct as far as can be told, and usable.",
+        "Check that the response is clear and complete enough without padding.",
+        "Give 1 for an unhelpful response and 5 for a fully helpful one.",
+    ],
+}
+
+
+class Helpfulness(Metric):
+    """helpfulness = (s − 1) / 4: G-Eval with the preset helpfulness criteria and fixed evaluation steps
+    (``HELPFULNESS``) over the user input and the response, s on 1–5 probability-weighted as in ``geval``
+    when the provider returns log-probabilities. Range 0–1, higher is better.
+    """
+
+    name = "helpfulness"
+    requires = ("user_input", "response")
+
+    async def compute(self, ctx: ScoringContext) -> Outcome:
+        return await run_geval(ctx, HELPFULNESS)
+
+
 def load_dag(spec: dict[str, Any] | str | Path) -> dict[str, Any]:
     """A DAG spec from a dict, a YAML string or a YAML file path; validated (YAML parsed once per text)."""
     if isinstance(spec, (str, Path)):

@@ -74,6 +74,7 @@ def _record(specs):
 def test_multi_turn_prompt_becomes_the_conversation(llm_attrs):
     r = _record(_chat(llm_attrs()))
     assert [(t.role, t.content) for t in r.turns] == EXPECTED
+    assert [(t.role, t.content) for t in r.prompt_messages] == PROMPT  # as sent: what SelfCheckGPT re-samples
     assert r.user_input == F.QUESTION and r.response == F.ANSWER
     type(r).model_validate(r.model_dump())  # valid by the shared model's rules
 
@@ -87,7 +88,7 @@ def test_single_turn_peers_give_question_and_answer(fixture):
 
 def test_no_prompt_messages_leaves_turns_empty():
     r = _record(F.ragtrace_shaped())
-    assert r.turns == [] and r.user_input and r.response
+    assert r.turns == [] and r.prompt_messages == [] and r.user_input and r.response
 
 
 def test_conversation_rules():

@@ -30,7 +30,12 @@ Configuration (argument → environment → default): ``embeddings`` /
 ``RAGTRACE_LOCAL_JUDGE_EMBEDDINGS`` for claim support (default ``0``: the lexical model, which
 meets the ≥50 records/s target on 2 cores; ``1``: the model with embedding features, as accurate
 on the held-out split and about 15 times slower),
-``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``. Embeddings are always used where a decision is
+``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``; ``model`` / ``RAGTRACE_LOCAL_JUDGE_MODEL`` (the collector's
+``local_judge.model``): ``features`` (default) the feature model alone; ``cascade`` the feature
+model decides the clear claims and the int8 ONNX cross-encoder (:mod:`cross_encoder`) reads the
+uncertain ones with their best context windows, chosen by the embedding index; when the
+cross-encoder's files are missing or do not load, the judge says so in the log and falls back to
+the feature model (``fallback_reason``). Embeddings are always used where a decision is
 about meaning rather than support (``embed``, context-sentence relevance); the model loads on
 first use, once per process.
 
@@ -43,6 +48,7 @@ question comes with ``verify_claims``), so a verdict never depends on other reco
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -55,10 +61,24 @@ import numpy as np
 from ragtrace_collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
 
 from . import text as T
+from .cross_encoder import (
+    CascadeParams,
+    CascadeStats,
+    CrossEncoder,
+    CrossEncoderError,
+    PairScorer,
+    choose_windows,
+    first_segment,
+)
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
+
+#: ``local_judge.model`` values: the feature model alone, or the feature model then the cross-encoder.
+LOCAL_JUDGE_MODELS = ("features", "cascade")
+DEFAULT_LOCAL_JUDGE_MODEL = "features"
 
 _META_COLUMNS = [FEATURE_NAMES.index("meta_reference"), FEATURE_NAMES.index("no_information_claim")]
 
@@ -103,6 +123,9 @@ class LocalJudge(Judge):
         params_path: str | None = None,
         embedder: Any = None,
         cache_size: int = 512,
+        model: str | None = None,
+        cascade_params_path: str | None = None,
+        cross_encoder: PairScorer | None = None,
     ) -> None:
         self.use_embeddings = (
             embeddings if embeddings is not None else _env_flag("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", False)
@@ -114,6 +137,37 @@ class LocalJudge(Judge):
         self._embedder_lock = threading.Lock()
         self._indexes = _LRU(cache_size)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-local-judge")
+        name = (model or os.environ.get("RAGTRACE_LOCAL_JUDGE_MODEL") or DEFAULT_LOCAL_JUDGE_MODEL).strip().lower()
+        if name not in LOCAL_JUDGE_MODELS:
+            raise ValueError(f"local judge model must be one of {', '.join(LOCAL_JUDGE_MODELS)}, not {name!r}")
+        self.model_name = name
+        self.fallback_reason: str | None = None
+        self.cascade: _Cascade | None = None
+        if name == "cascade":
+            try:
+                params = CascadeParams.load(cascade_params_path)
+                if cross_encoder is None and not params.model_path().is_file():
+                    raise CrossEncoderError(f"cross-encoder model file not found: {params.model_path()}")
+                self.cascade = _Cascade(params, cross_encoder)
+            except CrossEncoderError as exc:
+                self._fall_back(str(exc))
+
+    def _fall_back(self, reason: str) -> None:
+        """The cross-encoder cannot be used: the feature model decides alone from now on."""
+        log.warning("local judge: cascade unavailable, using the feature model alone: %s", reason)
+        self.fallback_reason = reason
+        self.cascade = None
+        self.model_name = "features"
+
+    def warm_up(self) -> None:
+        """Load every model this judge will use now (the embedder, the cross-encoder), not on first use."""
+        if self.cascade is not None:
+            try:
+                self.cascade.encoder()
+            except CrossEncoderError as exc:
+                self._fall_back(str(exc))
+        if self.use_embeddings or self.cascade is not None:
+            self.embedder.embed(["warm up"])
 
     # plumbing ---------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., R], *args: Any) -> R:
@@ -166,10 +220,51 @@ class LocalJudge(Judge):
         probs = self.model.predict(x)
         return [(float(p), r) for p, r in zip(probs, rows)]
 
+    def _cascade_support(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str
+    ) -> tuple[list[tuple[float, ClaimSupport]], float]:
+        """P(supported) per claim and the verdict threshold: the feature model's, or the cascade's."""
+        scored = self.support(claims, contexts, question)
+        cascade = self.cascade
+        if cascade is None or not scored:
+            return scored, self.model.threshold
+        probs = np.asarray([p for p, _ in scored])
+        unsure: list[int] = np.flatnonzero(cascade.params.uncertain(probs)).tolist()
+        cascade.stats.claims += len(probs)
+        if len(unsure):
+            try:
+                encoder = cascade.encoder()
+            except CrossEncoderError as exc:
+                self._fall_back(str(exc))
+                return scored, self.model.threshold
+            index = self._index(contexts)
+            if index.embeddings is None and index.sentences:
+                index.embeddings = self.embedder.embed(index.sentences)
+                cascade.stats.records_embedded += 1
+            sims = None
+            if index.embeddings is not None and len(index.sentences):
+                sims = self.embedder.embed([claims[i] for i in unsure]) @ index.embeddings.T
+            pairs = [
+                (
+                    first_segment(claims[i], question),
+                    choose_windows(
+                        sims[k] if sims is not None else None,
+                        index.sentences,
+                        scored[i][1].best_sentence,
+                        cascade.params.windows,
+                    ),
+                )
+                for k, i in enumerate(unsure)
+            ]
+            probs[unsure] = cascade.params.combine(probs[unsure], encoder.predict(pairs))
+            cascade.stats.sent += len(unsure)
+        return [(float(p), row) for p, (_, row) in zip(probs, scored)], cascade.params.threshold
+
     def _verdicts(self, claims: Sequence[str], contexts: Sequence[str], question: str) -> list[ClaimVerdict]:
         verdicts = []
-        for claim, (p, row) in zip(claims, self.support(claims, contexts, question)):
-            yes = p >= self.model.threshold
+        scored, threshold = self._cascade_support(claims, contexts, question)
+        for claim, (p, row) in zip(claims, scored):
+            yes = p >= threshold
             verdicts.append(
                 ClaimVerdict(
                     statement=claim,
@@ -285,6 +380,22 @@ class LocalJudge(Judge):
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=False)
+
+
+class _Cascade:
+    """The cascade's parameters and its cross-encoder, loaded on first use (once per judge)."""
+
+    def __init__(self, params: CascadeParams, encoder: PairScorer | None = None) -> None:
+        self.params = params
+        self._encoder = encoder
+        self._lock = threading.Lock()
+        self.stats = CascadeStats()
+
+    def encoder(self) -> PairScorer:
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = CrossEncoder(self.params)
+            return self._encoder
 
 
 def _reason(claim: str, p: float, row: ClaimSupport, contexts: Sequence[str], supported: bool) -> str:

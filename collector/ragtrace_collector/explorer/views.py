@@ -1,0 +1,228 @@
+"""Stored records as what the pages and the JSON API show: one set of plain dicts for both.
+
+A record page needs more than the stored rows say directly: which part of the answer each claim is (to
+highlight it by its verdict), which retrieved context supports each claim (its evidence quote found in
+the context), whether each context was useful (context precision's per-rank verdicts), and for every
+score which side of the alert threshold it is on.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from typing import Any
+
+from ragtrace_collector.explorer.thresholds import Thresholds
+from ragtrace_collector.scoring.results_store import StoredRecord, StoredResult
+
+EXPLORER_PATH = "/explorer/"  # the records list; the demo prints it first
+CLAIM_METRICS = ("faithfulness", "hallucination")  # whose details carry the answer's claims and verdicts
+LATENCY_FIELDS = (
+    ("ttft_seconds", "time to first token"),
+    ("tpot_seconds", "time per output token"),
+    ("request_duration_seconds", "request"),
+    ("retrieval_duration_seconds", "retrieval"),
+    ("generation_duration_seconds", "generation"),
+)
+
+
+def iso(ts: float | None) -> str | None:
+    """Unix seconds → ``2025-01-02T03:04:05Z`` (UTC)."""
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def record_path(record: StoredRecord) -> str:
+    return f"{EXPLORER_PATH}records/{urllib.parse.quote(record.trace_id or record.record_key, safe='')}"
+
+
+def session_path(session_id: str) -> str:
+    return f"{EXPLORER_PATH}sessions/{urllib.parse.quote(session_id, safe='')}"
+
+
+def score_view(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> dict[str, Any]:
+    """One metric's outcome, with the alert threshold and the side of it the score is on."""
+    threshold = thresholds.get(result.metric, pipeline)
+    side = None
+    if result.status == "scored" and result.score is not None and threshold is not None:
+        side = threshold.side(result.score)
+    return {
+        "metric": result.metric,
+        "status": result.status,
+        "score": result.score,
+        "reason": result.reason,
+        "label": result.label,
+        "higher_is_better": result.higher_is_better,
+        "judge": result.judge,
+        "threshold": threshold.value if threshold is not None else None,
+        "side": side,  # "good", "bad", or None (not scored, or no threshold for this metric)
+    }
+
+
+def worst_score(record: StoredRecord, metric: str | None) -> StoredResult | None:
+    """The list's score column: ``metric``'s result, else the record's worst 0–1 scored result."""
+    if metric is not None:
+        return next((r for r in record.results if r.metric == metric), None)
+    scored = [r for r in record.results if r.status == "scored" and r.score is not None and 0.0 <= r.score <= 1.0]
+
+    def badness(r: StoredResult) -> float:
+        assert r.score is not None
+        return r.score if r.higher_is_better else 1.0 - r.score
+
+    return min(scored, key=badness, default=None)
+
+
+def summary_view(record: StoredRecord, thresholds: Thresholds, metric: str | None = None) -> dict[str, Any]:
+    """A record as a row of the list (and of ``GET /api/v1/records``)."""
+    shown = worst_score(record, metric)
+    return {
+        "trace_id": record.trace_id,
+        "record_key": record.record_key,
+        "service": record.service,
+        "pipeline": record.pipeline,
+        "session_id": record.session_id,
+        "user_id": record.user_id,
+        "judge": record.judge,
+        "model": record.model,
+        "error": record.error,
+        "time": record.occurred_at,  # the request's start where known, else when it was stored
+        "time_iso": iso(record.occurred_at),
+        "stored_at": record.scored_at,
+        "stored_at_iso": iso(record.scored_at),
+        "question": record.user_input,
+        "answer": record.response,
+        "metric": shown.metric if shown is not None else None,
+        "score": shown.score if shown is not None else None,
+        "status": shown.status if shown is not None else None,
+        "scores": [score_view(r, record.pipeline, thresholds) for r in record.results],
+        "path": record_path(record),
+    }
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def claims_of(record: StoredRecord) -> list[dict[str, Any]]:
+    """The answer's claims with their verdicts, from faithfulness (else hallucination) details."""
+    by_metric = {r.metric: r for r in record.results}
+    for name in CLAIM_METRICS:
+        result = by_metric.get(name)
+        claims = (result.details or {}).get("claims") if result is not None else None
+        if isinstance(claims, list) and claims:
+            idk_ok = bool((result.details or {}).get("idk_counts_as_supported")) if result is not None else False
+            out: list[dict[str, Any]] = []
+            for i, claim in enumerate(c for c in claims if isinstance(c, dict)):
+                verdict = str(claim.get("verdict") or "idk")
+                out.append(
+                    {
+                        "index": i + 1,
+                        "statement": str(claim.get("statement", "")),
+                        "verdict": verdict,
+                        "supported": verdict == "yes" or (idk_ok and verdict == "idk"),
+                        "reason": claim.get("reason"),
+                        "evidence": claim.get("evidence"),
+                        "confidence": claim.get("confidence"),
+                        "contexts": [],  # ranks of the contexts holding its evidence (filled below)
+                        "in_answer": False,
+                    }
+                )
+            return out
+    return []
+
+
+def answer_segments(answer: str, claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answer cut into plain text and claims (``claim``: its index), each claim found in order, so the
+    page can highlight each by its verdict; claims not found verbatim stay listed below the answer only."""
+    segments: list[dict[str, Any]] = []
+    cursor = 0
+    for claim in claims:
+        statement = claim["statement"].strip()
+        if not statement:
+            continue
+        at = answer.find(statement, cursor)
+        if at < 0:  # rephrased by the judge, or overlapping an earlier claim
+            continue
+        if at > cursor:
+            segments.append({"text": answer[cursor:at], "claim": None})
+        segments.append({"text": statement, "claim": claim["index"], "verdict": claim["verdict"]})
+        claim["in_answer"] = True
+        cursor = at + len(statement)
+    if cursor < len(answer):
+        segments.append({"text": answer[cursor:], "claim": None})
+    return segments
+
+
+def contexts_of(record: StoredRecord, claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The retrieved contexts in rank order: retrieval score, usefulness (context precision) and the claims
+    whose evidence each holds (and, of those, the ones it supports)."""
+    raw = record.record.get("retrieved_contexts") or []
+    precision = next((r for r in record.results if r.metric == "context_precision" and r.status == "scored"), None)
+    useful = (precision.details or {}).get("relevant") if precision is not None else None
+    contexts = []
+    for rank, ctx in enumerate((c for c in raw if isinstance(c, dict)), start=1):
+        content = str(ctx.get("content", ""))
+        squashed = _squash(content)
+        holds = []
+        for claim in claims:
+            evidence = claim.get("evidence")
+            if isinstance(evidence, str) and evidence.strip() and _squash(evidence) in squashed:
+                claim["contexts"].append(rank)
+                holds.append(claim["index"])
+        flag = None
+        if isinstance(useful, list) and rank <= len(useful):
+            flag = bool(useful[rank - 1])
+        contexts.append(
+            {
+                "rank": rank,
+                "id": ctx.get("id"),
+                "content": content,
+                "score": ctx.get("score"),
+                "useful": flag,
+                "supports": [i for i in holds if claims[i - 1]["supported"]],
+                "evidence_for": holds,
+                "metadata": ctx.get("metadata") or {},
+            }
+        )
+    return contexts
+
+
+def trace_links(record: StoredRecord, templates: dict[str, str]) -> list[dict[str, str]]:
+    """The configured trace links (``{trace_id}`` replaced) for a record with a trace id."""
+    if not record.trace_id:
+        return []
+    quoted = urllib.parse.quote(record.trace_id, safe="")
+    return [{"name": name, "url": template.replace("{trace_id}", quoted)} for name, template in templates.items()]
+
+
+def detail_view(record: StoredRecord, thresholds: Thresholds, link_templates: dict[str, str]) -> dict[str, Any]:
+    """Everything the record page shows (and ``GET /api/v1/records/{trace_id}`` returns)."""
+    data = record.record
+    claims = claims_of(record)
+    answer = record.response or ""
+    segments = answer_segments(answer, claims)
+    contexts = contexts_of(record, claims)
+    view = summary_view(record, thresholds)
+    view.update(
+        {
+            "started_at": record.started_at,
+            "started_at_iso": iso(record.started_at),
+            "reference": data.get("reference"),
+            "provider": data.get("provider"),
+            "model": record.model or data.get("model"),
+            "input_tokens": data.get("input_tokens"),
+            "output_tokens": data.get("output_tokens"),
+            "streamed": data.get("streamed"),
+            "tags": data.get("tags") or [],
+            "latency": {name: data.get(name) for name, _ in LATENCY_FIELDS},
+            "contexts": contexts,
+            "contexts_stored": "retrieved_contexts" in data,  # False for records stored before contexts were kept
+            "claims": claims,
+            "answer_segments": segments,
+            "metrics": [{**score_view(r, record.pipeline, thresholds), "details": r.details} for r in record.results],
+            "trace_links": trace_links(record, link_templates),
+            "session_path": session_path(record.session_id) if record.session_id else None,
+        }
+    )
+    return view

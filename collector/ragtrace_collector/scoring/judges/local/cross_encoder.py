@@ -1,0 +1,226 @@
+"""The cascade's second stage: a cross-encoder that reads a claim and its best context windows together.
+
+``cross_encoder.onnx`` (int8, written by ``scripts/train_cross_encoder.py``) is all-MiniLM-L6-v2
+fine-tuned as a claim-support classifier: input ``[CLS] claim [SEP] windows [SEP]`` (the
+project's WordPiece ``tokenizer.json``, at most ``max_tokens`` tokens, the windows cut first), one
+logit out, P(supported) = sigmoid(logit). ``cross_encoder.json`` beside it holds the file's
+sha256, how the windows are chosen, the cascade's band and the stacking that combines the two
+models' probabilities, all chosen on training folds, and the training command, data hashes and
+figures.
+
+The windows: the context sentences closest to the claim by embedding cosine (the judge's
+embedding index), plus the sentence the feature model matched best, kept in document order, so
+the model sees the evidence the way the passage states it.
+
+Run time needs onnxruntime and tokenizers only (no torch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ragtrace_collector.scoring.embeddings import DEFAULT_TOKENIZER
+
+CASCADE_PARAMS_PATH = Path(__file__).parent / "cross_encoder.json"
+
+
+class PairScorer(Protocol):
+    """What the cascade needs of its second stage: P(supported) per (first segment, windows) pair."""
+
+    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
+
+
+class CrossEncoderError(RuntimeError):
+    """The cross-encoder's files are missing, altered or unloadable."""
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    q = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(q / (1 - q))
+
+
+def first_segment(claim: str, question: str) -> str:
+    """The pair's first segment: the claim, with the question it answers (short answers need it)."""
+    return f"{claim} (question: {question.strip()})" if question.strip() else claim
+
+
+def choose_windows(similarities: np.ndarray | None, sentences: Sequence[str], best_sentence: str | None, k: int) -> str:
+    """The claim's evidence text: the ``k`` context sentences most similar to it and the feature
+    model's best sentence, in document order (the first ``k`` sentences without similarities)."""
+    if not sentences:
+        return ""
+    if similarities is not None and len(similarities) == len(sentences):
+        picked = {int(j) for j in np.argsort(-similarities, kind="stable")[:k]}
+    else:
+        picked = set(range(min(k, len(sentences))))
+    if best_sentence is not None:
+        for j, s in enumerate(sentences):
+            if s == best_sentence:
+                picked.add(j)
+                break
+    return " ".join(sentences[j] for j in sorted(picked))
+
+
+@dataclass
+class CascadeParams:
+    """How the cascade combines the feature model (p_f) and the cross-encoder (p_c).
+
+    A claim whose p_f lies in ``[low, high)`` is uncertain and goes to the cross-encoder; its
+    P(supported) becomes sigmoid(a·logit(p_f) + b·logit(p_c) + c) (fitted on a training fold the
+    cross-encoder did not train on); other claims keep p_f. A claim is supported when P reaches
+    ``threshold``.
+    """
+
+    model_file: str
+    sha256: str
+    max_tokens: int
+    windows: int
+    low: float
+    high: float
+    stack: tuple[float, float, float]
+    threshold: float
+    raw: dict[str, Any] = field(default_factory=dict)
+    directory: Path = CASCADE_PARAMS_PATH.parent  # where ``model_file`` lies: beside the parameters file
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> CascadeParams:
+        path = Path(path or CASCADE_PARAMS_PATH)
+        try:
+            data = json.loads(path.read_text())
+            cascade = data["cascade"]
+            a, b, c = (float(v) for v in cascade["stack"])
+            params = cls(
+                model_file=str(data["model_file"]),
+                sha256=str(data["sha256"]),
+                max_tokens=int(data["max_tokens"]),
+                windows=int(data["windows"]),
+                low=float(cascade["low"]),
+                high=float(cascade["high"]),
+                stack=(a, b, c),
+                threshold=float(cascade["threshold"]),
+                raw=data,
+                directory=path.parent,
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CrossEncoderError(f"cannot read the cascade parameters {path}: {exc}") from exc
+        if not 0.0 <= params.low <= params.high <= 1.0 or params.max_tokens < 8 or params.windows < 1:
+            raise CrossEncoderError(f"cascade parameters {path} are out of range")
+        return params
+
+    def model_path(self) -> Path:
+        """The ONNX file: ``RAGTRACE_CROSS_ENCODER_ONNX``, else ``model_file`` beside the parameters file."""
+        return Path(os.environ.get("RAGTRACE_CROSS_ENCODER_ONNX") or self.directory / self.model_file)
+
+    def uncertain(self, p_features: np.ndarray) -> np.ndarray:
+        return (p_features >= self.low) & (p_features < self.high)
+
+    def combine(self, p_features: np.ndarray, p_cross: np.ndarray) -> np.ndarray:
+        a, b, c = self.stack
+        z = a * _logit(p_features) + b * _logit(p_cross) + c
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class CrossEncoder:
+    """P(supported) of (claim, evidence) pairs from the int8 ONNX cross-encoder (onnxruntime, no torch).
+
+    ``RAGTRACE_CROSS_ENCODER_ONNX`` names another ONNX file (then no sha256 check);
+    ``RAGTRACE_EMBEDDING_THREADS`` its onnxruntime intra-op threads (default 2), as for the embedder.
+    """
+
+    def __init__(
+        self,
+        params: CascadeParams,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        *,
+        threads: int | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - both are collector dependencies
+            raise CrossEncoderError(f"onnxruntime and tokenizers are required: {exc}") from exc
+        env_model = os.environ.get("RAGTRACE_CROSS_ENCODER_ONNX")
+        model = Path(model_path or params.model_path())
+        tokenizer = Path(tokenizer_path or DEFAULT_TOKENIZER)
+        if not model.is_file():
+            raise CrossEncoderError(f"cross-encoder model file not found: {model}")
+        if model_path is None and env_model is None and _sha256(model) != params.sha256:
+            raise CrossEncoderError(f"cross-encoder model {model} does not match the sha256 in its parameters")
+        if threads is None:
+            threads = int(os.environ.get("RAGTRACE_EMBEDDING_THREADS", "2"))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, threads)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+            self._tokenizer = Tokenizer.from_file(str(tokenizer))
+        except Exception as exc:
+            raise CrossEncoderError(f"cannot load the cross-encoder {model}: {exc}") from exc
+        self._tokenizer.enable_truncation(max_length=params.max_tokens)
+        self._tokenizer.no_padding()
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self.model_path = model
+        self.batch_size = batch_size
+
+    def logits(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """One logit per (claim, evidence) pair; batches of similar length, padding masked out."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        encodings = self._tokenizer.encode_batch([(a, b or ".") for a, b in pairs])
+        order = sorted(range(len(pairs)), key=lambda i: len(encodings[i].ids))
+        out = np.zeros(len(pairs), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(len(encodings[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            types = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                types[row, :n] = encodings[i].type_ids
+                mask[row, :n] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = types
+            out[idx] = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32).reshape(len(idx))
+        return out
+
+    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """P(supported) per pair, as the model was trained (before the cascade's stacking)."""
+        z = self.logits(pairs).astype(np.float64)
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+
+@dataclass
+class CascadeStats:
+    """How much the cascade sent to the cross-encoder (for reports)."""
+
+    claims: int = 0
+    sent: int = 0
+    records_embedded: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        share = self.sent / self.claims if self.claims else math.nan
+        return {"claims": self.claims, "sent_to_cross_encoder": self.sent, "share_sent": round(share, 4)}

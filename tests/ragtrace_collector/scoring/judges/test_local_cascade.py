@@ -1,0 +1,209 @@
+"""The local judge's cascade: configuration, routing of uncertain claims, and the fallback to the feature model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pydantic
+import pytest
+
+from ragtrace_collector.config import load_config
+from ragtrace_collector.scoring.judges.local import LocalJudge
+from ragtrace_collector.scoring.judges.local.cross_encoder import (
+    CASCADE_PARAMS_PATH,
+    CascadeParams,
+    CrossEncoderError,
+    choose_windows,
+    first_segment,
+)
+from ragtrace_collector.service.scoring import judge_from_config
+
+CONTEXTS = [
+    "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. "
+    "It was designed by the engineering company of Gustave Eiffel. The tower is 330 metres tall.",
+    "Each year about 7 million people visit the Eiffel Tower, making it one of the most visited monuments.",
+]
+QUESTION = "When was the Eiffel Tower completed and who designed it?"
+CLAIMS = [
+    "The Eiffel Tower was completed in March 1889.",  # clear: supported
+    "It is painted every seven years with sixty tonnes of paint.",  # not in the contexts
+]
+
+
+def cascade_file(tmp_path: Path, low: float = 0.0, high: float = 1.01, model_file: str = "model.onnx") -> Path:
+    path = tmp_path / "cascade.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_file": model_file,
+                "sha256": "0" * 64,
+                "max_tokens": 128,
+                "windows": 2,
+                "cascade": {"low": low, "high": min(high, 1.0), "stack": [0.0, 1.0, 0.0], "threshold": 0.5},
+            }
+        )
+    )
+    return path
+
+
+class FakeEncoder:
+    """Stands in for the ONNX cross-encoder: records the pairs it is asked about, answers a fixed P."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+        self.pairs: list[tuple[str, str]] = []
+
+    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        self.pairs.extend(pairs)
+        return np.full(len(pairs), self.p)
+
+
+# configuration ------------------------------------------------------------------------------
+def test_local_judge_model_defaults_to_features_and_validates(tmp_path: Path) -> None:
+    assert load_config(environ={}).local_judge.model == "features"
+    path = tmp_path / "c.yaml"
+    path.write_text("local_judge: {model: cascade}\n")
+    assert load_config(str(path), environ={}).local_judge.model == "cascade"
+    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE": "cascade"}).local_judge.model == "cascade"
+    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__MODEL": "cascade"}).local_judge.model == "cascade"
+    path.write_text("local_judge: {model: bert}\n")
+    with pytest.raises(pydantic.ValidationError, match="local_judge"):
+        load_config(str(path), environ={})
+
+
+def test_judge_from_config_passes_the_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_MODEL", raising=False)
+    config = load_config(environ={"RAGTRACE_LOCAL_JUDGE": "features"})
+    judge = judge_from_config(config.judge, config.local_judge)
+    assert isinstance(judge, LocalJudge) and judge.model_name == "features" and judge.cascade is None
+
+
+def test_unknown_model_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="features, cascade"):
+        LocalJudge(model="bert")
+
+
+# fallback -----------------------------------------------------------------------------------
+async def test_cascade_falls_back_to_features_when_the_model_file_is_missing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAGTRACE_CROSS_ENCODER_ONNX", raising=False)
+    judge = LocalJudge(model="cascade", cascade_params_path=str(cascade_file(tmp_path, model_file="missing.onnx")))
+    assert judge.model_name == "features" and judge.cascade is None
+    assert judge.fallback_reason is not None and "missing.onnx" in judge.fallback_reason
+    assert "cascade unavailable" in caplog.text
+    plain = LocalJudge(model="features")
+    got = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    want = await plain.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert [(v.verdict, v.confidence) for v in got] == [(v.verdict, v.confidence) for v in want]
+
+
+def test_cascade_falls_back_when_its_parameters_are_missing_or_broken(tmp_path: Path) -> None:
+    judge = LocalJudge(model="cascade", cascade_params_path=str(tmp_path / "none.json"))
+    assert judge.model_name == "features" and judge.fallback_reason
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"model_file": "m.onnx"}')
+    with pytest.raises(CrossEncoderError):
+        CascadeParams.load(broken)
+    bad_band = cascade_file(tmp_path, low=0.9, high=0.2)
+    with pytest.raises(CrossEncoderError, match="out of range"):
+        CascadeParams.load(bad_band)
+
+
+async def test_an_altered_model_file_is_refused_and_the_judge_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAGTRACE_CROSS_ENCODER_ONNX", raising=False)
+    params = cascade_file(tmp_path)
+    (tmp_path / "model.onnx").write_bytes(b"not a model")
+    judge = LocalJudge(model="cascade", cascade_params_path=str(params))
+    assert judge.cascade is not None  # the file exists; it is checked when it loads
+    verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert len(verdicts) == 2
+    assert judge.cascade is None and judge.model_name == "features"
+    assert judge.fallback_reason is not None and "sha256" in judge.fallback_reason
+
+
+# routing ------------------------------------------------------------------------------------
+async def test_uncertain_claims_go_to_the_cross_encoder_with_their_windows(tmp_path: Path) -> None:
+    encoder = FakeEncoder(0.01)
+    judge = LocalJudge(
+        model="cascade",
+        cascade_params_path=str(cascade_file(tmp_path)),
+        cross_encoder=encoder,
+    )
+    verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    # band [0, 1): every claim is uncertain, and the stacking (0, 1, 0) takes the cross-encoder's P
+    assert [v.verdict for v in verdicts] == ["no", "no"]
+    assert [v.confidence for v in verdicts] == [pytest.approx(0.01, abs=1e-6)] * 2
+    assert [a for a, _ in encoder.pairs] == [first_segment(c, QUESTION) for c in CLAIMS]
+    sentences = [s for ctx in CONTEXTS for s in ctx.split(". ")]
+    for _, windows in encoder.pairs:
+        assert windows and all(w.rstrip(".") in " ".join(CONTEXTS) for w in windows.split(". "))
+        assert len([s for s in sentences if s.rstrip(".") in windows]) <= 3  # windows=2, plus the best sentence
+    assert "March 1889" in encoder.pairs[0][1]
+    assert judge.cascade is not None and judge.cascade.stats.sent == 2
+
+
+async def test_clear_claims_never_reach_the_cross_encoder(tmp_path: Path) -> None:
+    encoder = FakeEncoder(0.01)
+    empty_band = cascade_file(tmp_path, low=0.5, high=0.5)
+    judge = LocalJudge(
+        model="cascade",
+        cascade_params_path=str(empty_band),
+        cross_encoder=encoder,
+    )
+    plain = LocalJudge(model="features")
+    got = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    want = await plain.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert encoder.pairs == []
+    assert [v.confidence for v in got] == [v.confidence for v in want]
+
+
+def test_windows_are_the_most_similar_sentences_and_the_best_one_in_document_order() -> None:
+    sentences = ["A one.", "B two.", "C three.", "D four."]
+    sims = np.asarray([0.1, 0.9, 0.2, 0.8])
+    assert choose_windows(sims, sentences, None, 2) == "B two. D four."
+    assert choose_windows(sims, sentences, "A one.", 2) == "A one. B two. D four."
+    assert choose_windows(None, sentences, "D four.", 1) == "A one. D four."
+    assert choose_windows(sims, [], None, 2) == ""
+
+
+# the shipped model ----------------------------------------------------------------------------
+shipped = pytest.mark.skipif(not CASCADE_PARAMS_PATH.is_file(), reason="no cross-encoder is shipped")
+
+
+@shipped
+def test_shipped_cross_encoder_matches_its_recorded_provenance_and_agreement() -> None:
+    params = CascadeParams.load()
+    data = params.raw
+    assert params.model_path().is_file()
+    assert data["sha256"] and data["data"] and data["commands"] and data["split"]
+    agreement = data["fit"]["agreement"]
+    # int8 against fp32 on held-out pairs, measured when the model was quantised
+    assert agreement["pairs"] >= 200
+    assert agreement["int8_vs_fp32_same_side_of_0.5"] >= 0.95
+    assert agreement["int8_vs_fp32_mean_abs_p"] <= 0.05
+    assert agreement["torch_vs_onnx_fp32_max_abs_logit"] <= 1e-3
+
+
+@shipped
+async def test_shipped_cascade_tells_supported_from_invented() -> None:
+    judge = LocalJudge(model="cascade")
+    judge.warm_up()
+    assert judge.model_name == "cascade", judge.fallback_reason
+    assert judge.cascade is not None
+    p = judge.cascade.encoder().predict(
+        [
+            (first_segment("The tower was completed in 1889.", QUESTION), CONTEXTS[0]),
+            (first_segment("The tower was completed in 1923.", QUESTION), CONTEXTS[0]),
+        ]
+    )
+    assert p[0] > p[1]
+    good = await judge.verify_claims(["The Eiffel Tower was completed in March 1889."], CONTEXTS, QUESTION)
+    bad = await judge.verify_claims(["The Eiffel Tower was completed in October 1923."], CONTEXTS, QUESTION)
+    assert (good[0].confidence or 0.0) > (bad[0].confidence or 0.0)
+    assert bad[0].verdict == "no"

@@ -1,0 +1,133 @@
+"""Tool correctness: the worked example, each option, the skips, and the tools read from a trace's spans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragtrace_collector.model.record import RagRecord, ToolCall
+from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.conventions import build_record
+from ragtrace_collector.scoring.engine import evaluate_record
+from ragtrace_collector.scoring.metrics.tools import tool_correctness
+from ragtrace_collector.scoring.options import ScoringOptions
+
+T = "0" * 31 + "1"
+
+
+def calls(*items: object) -> list[ToolCall]:
+    return [ToolCall.model_validate(i) for i in items]
+
+
+def test_worked_example() -> None:
+    """Expected search(q=paris), weather(city=Paris), book; called weather(city=Paris), search(q=rome), calc.
+
+    Names, unordered: search and weather found, book missing → 2/3 = 0.666667.
+    With arguments: search's q differs → only weather → 1/3.
+    Ordered (LCS of [weather, search, calc] and [search, weather, book]): 1 → 1/3.
+    Exact match: calc is extra and book missing → 0.
+    """
+    expected = calls({"name": "search", "args": {"q": "paris"}}, {"name": "weather", "args": {"city": "Paris"}}, "book")
+    called = calls(
+        {"name": "weather", "arguments": '{"city": "Paris", "units": "C"}'},
+        {"name": "search", "input_parameters": {"q": "rome"}},
+        "calc",
+    )
+
+    def score(**kw: bool) -> float:
+        opts = {"ordering": False, "arguments": False, "exact": False, **kw}
+        return tool_correctness(called, expected, **opts)[0]
+
+    assert score() == pytest.approx(2 / 3)
+    assert score(arguments=True) == pytest.approx(1 / 3)
+    assert score(ordering=True) == pytest.approx(1 / 3)
+    assert score(exact=True) == 0.0
+    _, details = tool_correctness(called, expected, ordering=False, arguments=False, exact=False)
+    assert details["missing"] == ["book"] and details["unexpected"] == ["calc"]
+
+
+def test_one_to_one_and_exact() -> None:
+    twice = calls("search", "search")
+    assert tool_correctness(calls("search"), twice, ordering=False, arguments=False, exact=False)[0] == 0.5
+    assert tool_correctness(calls("b", "a"), calls("a", "b"), ordering=False, arguments=False, exact=True)[0] == 1.0
+    assert tool_correctness(calls("b", "a"), calls("a", "b"), ordering=True, arguments=False, exact=True)[0] == 0.0
+    assert tool_correctness([], [], ordering=False, arguments=False, exact=False)[0] == 1.0
+    assert tool_correctness(calls("a"), [], ordering=False, arguments=False, exact=False)[0] == 0.0
+
+
+async def test_metric_options_and_skips() -> None:
+    rec = RagRecord(tools_called=["search", "calc"], reference_tool_calls=["calc", "search"])
+    [r] = await evaluate_record(rec, ["tool_correctness"], None)  # type: ignore[arg-type]
+    assert r.status == "scored" and r.score == 1.0
+    opts = ScoringOptions(tool_correctness_ordering=True, tool_correctness_exact_match=True)
+    [r] = await evaluate_record(rec, ["tool_correctness"], None, opts)  # type: ignore[arg-type]
+    assert r.score == 0.0 and r.details["ordering"] is True
+    [r] = await evaluate_record(RagRecord(tools_called=["a"]), ["tool_correctness"], None)  # type: ignore[arg-type]
+    assert r.status == "skipped" and r.reason == "missing input: reference_tool_calls"
+    [r] = await evaluate_record(RagRecord(reference_tool_calls=[]), ["tool_correctness"], None)  # type: ignore[arg-type]
+    assert r.status == "skipped" and r.reason == "missing input: tools_called"
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        ToolCall.model_validate({"name": "x", "arguments": "not json"})
+
+
+def _span(span_id: str, parent: str, start: int, attrs: dict) -> SpanData:
+    return SpanData(T, span_id, parent, "s" + span_id, start, start + 10, attrs=attrs)
+
+
+async def test_tools_from_spans_of_each_convention_end_to_end() -> None:
+    """An agent span tree: OTel GenAI execute_tool, an OpenInference TOOL span (nested in an OpenLLMetry tool span:
+    one call), an LLM span; the expected tools on the request span. Scored for tool correctness."""
+    spans = [
+        _span(
+            "a",
+            "",
+            0,
+            {
+                "openinference.span.kind": "AGENT",
+                "input.value": "Weather in Paris?",
+                "ragtrace.reference.tool_calls": json.dumps(
+                    [{"name": "geocode", "args": {"city": "Paris"}}, "weather"]
+                ),
+            },
+        ),
+        _span(
+            "b",
+            "a",
+            1,
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "geocode",
+                "gen_ai.tool.call.arguments": '{"city": "Paris"}',
+            },
+        ),
+        _span(
+            "c",
+            "a",
+            3,
+            {
+                "traceloop.span.kind": "tool",
+                "traceloop.entity.name": "weather",
+                "traceloop.entity.input": '{"args": [], "kwargs": {"lat": 48.9, "lon": 2.35}}',
+            },
+        ),
+        _span("d", "c", 4, {"openinference.span.kind": "TOOL", "tool.name": "weather", "input.value": '{"lat": 48.9}'}),
+        _span("e", "a", 6, {"openinference.span.kind": "LLM", "output.value": "It is sunny."}),
+    ]
+    record = build_record(T, spans)
+    assert [(c.name, c.args) for c in record.tools_called or []] == [
+        ("geocode", {"city": "Paris"}),
+        ("weather", {"lat": 48.9}),
+    ]
+    assert [c.name for c in record.reference_tool_calls or []] == ["geocode", "weather"]
+    record = RagRecord.model_validate_json(record.model_dump_json())  # as the queue carries it
+    opts = ScoringOptions(tool_correctness_arguments=True, tool_correctness_ordering=True)
+    [r] = await evaluate_record(record, ["tool_correctness"], None, opts)  # type: ignore[arg-type]
+    assert r.status == "scored" and r.score == 1.0
+    no_tools = build_record(T, [spans[0], spans[4]])
+    assert no_tools.tools_called == []
+    [r] = await evaluate_record(no_tools, ["tool_correctness"], None)  # type: ignore[arg-type]
+    assert r.score == 0.0 and r.details["missing"] == ["geocode", "weather"]
