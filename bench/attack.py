@@ -104,9 +104,10 @@ class GoodClient(threading.Thread):
         return f"good traffic: {ok}/{len(self.results)} accepted ({100 * ok / n:.1f}%), p99 {p99:.0f} ms, {statuses}"
 
 
-def slowloris(port: int, n: int, seconds: float) -> list[float]:
-    """``n`` uploads that trickle one byte every 2 s; returns how long each connection was held open."""
+def slowloris(port: int, n: int, seconds: float) -> tuple[list[float], int]:
+    """``n`` uploads that trickle one byte every 2 s: how long each was held open, and how many the collector ended."""
     held: list[float] = []
+    ended_by_collector = [0]
 
     def one() -> None:
         start = time.monotonic()
@@ -121,11 +122,13 @@ def slowloris(port: int, n: int, seconds: float) -> list[float]:
                     time.sleep(2)
                     s.settimeout(0.01)
                     try:
-                        if s.recv(1024) == b"":
-                            break  # closed by the collector
+                        s.recv(1024)  # returns at all only with a reply (408) or b"" (closed)
+                        ended_by_collector[0] += 1
+                        break
                     except TimeoutError:
                         pass
                     except OSError:
+                        ended_by_collector[0] += 1
                         break
         except OSError:
             pass
@@ -136,7 +139,7 @@ def slowloris(port: int, n: int, seconds: float) -> list[float]:
         t.start()
     for t in threads:
         t.join(seconds + 10)
-    return held
+    return held, ended_by_collector[0]
 
 
 def scrape(port: int) -> tuple[str, float]:
@@ -177,11 +180,14 @@ def main() -> int:
             print(f"== 1. slow uploads: {args.slow} connections trickling 1 byte / 2 s for {args.seconds:.0f} s ==")
             good = GoodClient(url, rate=10)
             good.start()
-            held = slowloris(http, args.slow, args.seconds)
+            held, ended = slowloris(http, args.slow, args.seconds)
             good.stop.set()
             good.join()
             print("  " + good.summary())
-            print(f"  slow connections held open: median {pct(held, 0.5):.1f} s, max {max(held or [0]):.1f} s\n")
+            print(
+                f"  slow connections: {ended}/{len(held)} ended by the collector (408 or close), the rest by the "
+                f"attacker at {args.seconds:.0f} s; held open median {pct(held, 0.5):.1f} s, max {max(held or [0]):.1f} s\n"
+            )
 
             combos = args.services * args.pipelines * args.models
             print(f"== 2. cardinality: {args.services} services × {args.pipelines} pipelines × {args.models} models ==")
