@@ -1,4 +1,4 @@
-"""ragtrace: trace a live RAG pipeline with three decorators, export over OTLP.
+"""ragtrace: trace a live RAG pipeline with a few decorators, export over OTLP.
 
     import ragtrace
     ragtrace.init(service_name="support-bot")          # OTLP http/protobuf to 127.0.0.1:4318
@@ -9,9 +9,12 @@
     @ragtrace.generator(model="openai/gpt-4o-mini")
     def answer(question: str, contexts: list[str]): ...  # may yield tokens: TTFT/TPOT recorded
 
+    @ragtrace.tool
+    def weather(city: str) -> dict: ...                  # GenAI execute_tool span, arguments and result
+
     @ragtrace.pipeline(name="support")
     def handle(question: str) -> str:
-        ragtrace.annotate(session_id="s1")
+        ragtrace.annotate(session_id="s1", expected_tools=["weather"])
         return "".join(answer(question, search(question)))
 
 The span contract (every attribute name) is :mod:`ragtrace.attributes`.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from . import attributes
 from .config import TracingHandle, configure_limits, init
-from .decorators import annotate, current_trace_id, generator, pipeline, reranker, retriever
+from .decorators import annotate, current_trace_id, generator, pipeline, reranker, retriever, tool
 from .safety import internal_errors
 from .version import __version__ as __version__
 
@@ -37,4 +40,5 @@ __all__ = [
     "pipeline",
     "reranker",
     "retriever",
+    "tool",
 ]

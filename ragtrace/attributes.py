@@ -17,6 +17,7 @@ SPAN_KIND_RERANKER = "RERANKER"
 SPAN_KIND_LLM = "LLM"
 SPAN_KIND_EMBEDDING = "EMBEDDING"
 SPAN_KIND_EVALUATOR = "EVALUATOR"
+SPAN_KIND_TOOL = "TOOL"
 
 INPUT_VALUE = "input.value"
 INPUT_MIME_TYPE = "input.mime_type"
@@ -54,6 +55,10 @@ LLM_TOKEN_COUNT_PROMPT = "llm.token_count.prompt"
 LLM_TOKEN_COUNT_COMPLETION = "llm.token_count.completion"
 LLM_TOKEN_COUNT_TOTAL = "llm.token_count.total"
 
+TOOL_NAME = "tool.name"
+TOOL_DESCRIPTION = "tool.description"
+TOOL_PARAMETERS = "tool.parameters"  # JSON schema of the parameters the tool takes
+
 
 def document_attr(i: int, field: str, prefix: str = RETRIEVAL_DOCUMENTS) -> str:
     """``retrieval.documents.{i}.document.{field}`` (OpenInference flattened list form)."""
@@ -71,6 +76,12 @@ GEN_AI_OPERATION_RETRIEVAL = "retrieval"
 GEN_AI_OPERATION_CHAT = "chat"
 GEN_AI_OPERATION_INVOKE_AGENT = "invoke_agent"
 GEN_AI_OPERATION_WORKFLOW = "invoke_workflow"
+GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_DESCRIPTION = "gen_ai.tool.description"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"  # "function"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"  # JSON object (content)
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"  # JSON (content)
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
 GEN_AI_SYSTEM = "gen_ai.system"  # older name of the provider, still emitted by many instrumentations
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
@@ -103,13 +114,16 @@ GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
 GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
 
 # --- ragtrace extensions --------------------------------------------------------------------
-RAGTRACE_SPAN_ROLE = "ragtrace.span.role"  # "pipeline" | "retriever" | "reranker" | "generator"
+RAGTRACE_SPAN_ROLE = "ragtrace.span.role"  # "pipeline" | "retriever" | "reranker" | "generator" | "tool"
 ROLE_PIPELINE = "pipeline"
 ROLE_RETRIEVER = "retriever"
 ROLE_RERANKER = "reranker"
 ROLE_GENERATOR = "generator"
+ROLE_TOOL = "tool"
 RAGTRACE_PIPELINE_NAME = "ragtrace.pipeline.name"
 RAGTRACE_REFERENCE = "ragtrace.reference"  # reference answer attached with annotate()
+# JSON list of {"name", "args"?}: the tools the request is expected to call, from annotate(expected_tools=...)
+RAGTRACE_REFERENCE_TOOL_CALLS = "ragtrace.reference.tool_calls"
 RAGTRACE_TAGS = "ragtrace.tags"
 RAGTRACE_SAMPLE = "ragtrace.sample"  # bool: the user asks the collector to always score this request
 RAGTRACE_CONTEXTS = "ragtrace.generator.contexts"  # JSON list of context strings given to the generator

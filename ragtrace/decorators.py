@@ -17,6 +17,7 @@ interrupts (see :mod:`ragtrace.safety`), which end the span and propagate.
 from __future__ import annotations
 
 import inspect
+import json
 import traceback
 import types
 import weakref
@@ -35,6 +36,7 @@ from .config import REDACTED, SETTINGS
 from .recording import (
     AttrWriter,
     _json,
+    clean_json,
     query_text,
     set_span_attributes,
     split_model,
@@ -185,6 +187,7 @@ class _Spec:
         top_k: int | None = None,
         pipeline_name: str | None = None,
         operation: str | None = None,
+        description: str | None = None,
     ) -> None:
         target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
         self.role = role
@@ -192,6 +195,7 @@ class _Spec:
         if "<locals>" in qual:  # a function defined inside another: its own name reads better
             qual = qual.rsplit("<locals>.", 1)[-1]
         self.name = name or qual
+        self.tool_params: list[tuple[str, int | None, bool]] | None = None
         self.capture = capture_content
         self.model = model
         self.provider = provider or _provider_from_model(model)
@@ -248,6 +252,18 @@ class _Spec:
                 params, contexts_arg if contexts_arg is not None else _CONTEXT_NAMES, False, self_like
             )
             self.system = _find(params, _SYSTEM_NAMES, False, self_like)
+        elif role == A.ROLE_TOOL:
+            tool_name = name or getattr(target, "__name__", None) or self.name
+            self.name = f"{A.GEN_AI_OPERATION_EXECUTE_TOOL} {tool_name}"  # the GenAI span name
+            self.query = None
+            static[A.OPENINFERENCE_SPAN_KIND] = A.SPAN_KIND_TOOL
+            static[A.GEN_AI_OPERATION_NAME] = A.GEN_AI_OPERATION_EXECUTE_TOOL
+            static[A.GEN_AI_TOOL_NAME] = static[A.TOOL_NAME] = tool_name
+            static[A.GEN_AI_TOOL_TYPE] = "function"
+            if description:
+                static[A.GEN_AI_TOOL_DESCRIPTION] = static[A.TOOL_DESCRIPTION] = description
+            static[A.TOOL_PARAMETERS] = _json(_parameters_schema(params, self_like))
+            self.tool_params = _tool_params(params, self_like)
         self.static = {k: _clean_static(v) for k, v in static.items()}
         self.is_pipeline = role == A.ROLE_PIPELINE
         self.self_like = self_like
@@ -283,6 +299,9 @@ class _Spec:
         role = self.role
         if role == A.ROLE_GENERATOR:
             self._generator_input(w, bound, instance, args, kwargs, q, capture, s)
+        elif role == A.ROLE_TOOL:
+            if capture and self.tool_params is not None:
+                self._tool_input(w, bound, args, kwargs)
         elif q is not None:
             text = query_text(q)
             if text is not None and capture:
@@ -301,6 +320,29 @@ class _Spec:
                 k = self.top_k_ref.get(bound, args, kwargs)
                 if _int64(k):
                     attrs[A.RERANKER_TOP_K] = k
+
+    def _tool_input(self, w: AttrWriter, bound: bool, args: tuple, kwargs: dict) -> None:
+        """The call's arguments by parameter name (as passed: defaults are not filled in), as one JSON object in
+        ``gen_ai.tool.call.arguments`` and ``input.value``; extra positional ones under ``args``."""
+        called: dict[str, Any] = {}
+        skip = 1 if self.self_like and not bound else 0  # an unbound method call passes self first
+        positional = list(args[skip:])
+        rest: list[Any] = []
+        for pname, index, var in cast("list[tuple[str, int | None, bool]]", self.tool_params):
+            if var:  # *args: whatever positional arguments are left
+                rest = positional
+                positional = []
+            elif index is not None and positional:
+                called[pname] = positional.pop(0)
+        for k, v in kwargs.items():
+            called[k] = v
+        if rest or positional:
+            called["args"] = rest + positional
+        texts: list[tuple[Any, Any]] = []
+        value = clean_json(w, called, texts)
+        if w.json_value(A.GEN_AI_TOOL_CALL_ARGUMENTS, value, texts):
+            w.put(A.INPUT_VALUE, w.attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS])
+            w.attrs[A.INPUT_MIME_TYPE] = A.MIME_JSON
 
     def _generator_input(
         self, w: AttrWriter, bound: bool, instance: Any, args: tuple, kwargs: dict, q: Any, capture: bool, s: Any
@@ -355,6 +397,9 @@ class _Spec:
             write_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, result, s.max_documents)
         elif role == A.ROLE_GENERATOR:
             write_llm_response(w, read_response(result))
+        elif role == A.ROLE_TOOL:
+            if capture and result is not None:
+                _tool_output(w, result)
         elif capture and result is not None:
             info = read_response(result)
             text = info.text
@@ -407,6 +452,68 @@ class _Spec:
                 out_tokens = info.usage.output_tokens
         w.attrs.update(state.stream_attributes(out_tokens, failed))
         return w.finish()
+
+
+def _tool_output(w: AttrWriter, result: Any) -> None:
+    """A tool's result: ``gen_ai.tool.call.result`` (JSON) and ``output.value`` (the text, or the same JSON)."""
+    texts: list[tuple[Any, Any]] = []
+    holder = [clean_json(w, result, texts)]
+    if type(holder[0]) is str:
+        texts.append((holder, 0))
+    if not w.json_value(A.GEN_AI_TOOL_CALL_RESULT, holder[0], texts):
+        return
+    if type(holder[0]) is str:
+        w.put(A.OUTPUT_VALUE, holder[0])
+        w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
+    else:
+        w.put(A.OUTPUT_VALUE, w.attrs[A.GEN_AI_TOOL_CALL_RESULT])
+        w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_JSON
+
+
+_JSON_TYPES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "list": "array",
+    "tuple": "array",
+    "dict": "object",
+}
+
+
+def _json_type(annotation: Any) -> str | None:
+    if annotation is inspect.Parameter.empty:
+        return None
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return _JSON_TYPES.get(name.split("[", 1)[0].rsplit(".", 1)[-1].strip())
+
+
+def _parameters_schema(params: list[inspect.Parameter], self_like: bool) -> dict[str, Any]:
+    """OpenInference ``tool.parameters``: a JSON schema of what the tool takes, from its signature
+    (types from plain annotations only)."""
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for p in params[1 if self_like else 0 :]:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        t = _json_type(p.annotation)
+        props[p.name] = {"type": t} if t else {}
+        if p.default is inspect.Parameter.empty:
+            required.append(p.name)
+    return {"type": "object", "properties": props, "required": required}
+
+
+def _tool_params(params: list[inspect.Parameter], self_like: bool) -> list[tuple[str, int | None, bool]]:
+    """(name, position or None for keyword-only, is ``*args``) for each parameter after ``self``."""
+    out: list[tuple[str, int | None, bool]] = []
+    for i, p in enumerate(params[1 if self_like else 0 :]):
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            out.append((p.name, None, True))
+        else:
+            out.append((p.name, None if p.kind is inspect.Parameter.KEYWORD_ONLY else i, False))
+    return out
 
 
 class _TracedStreamState(StreamState):
@@ -895,6 +1002,90 @@ def generator(
     )
 
 
+@overload
+def tool(
+    fn: classmethod[_T, _P, _R],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capture_content: bool | None = None,
+) -> classmethod[_T, _P, _R]: ...
+@overload
+def tool(
+    fn: staticmethod[_P, _R],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capture_content: bool | None = None,
+) -> staticmethod[_P, _R]: ...
+@overload
+def tool(
+    fn: Callable[_P, _R],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capture_content: bool | None = None,
+) -> Callable[_P, _R]: ...
+@overload
+def tool(
+    fn: str | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capture_content: bool | None = None,
+) -> Decorator: ...
+def tool(
+    fn: Any = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capture_content: bool | None = None,
+) -> Any:
+    """Trace one tool call (OpenTelemetry GenAI ``execute_tool``, OpenInference TOOL).
+
+    ``name`` is the tool's name, ``gen_ai.tool.name`` and ``tool.name`` (default: the function's
+    name); the span is named ``execute_tool {name}``. ``description`` sets ``gen_ai.tool.description``.
+    ``tool.parameters`` is a JSON schema of the function's parameters. Where content capture is on,
+    the call's arguments by parameter name go to ``gen_ai.tool.call.arguments`` (JSON, also
+    ``input.value``) and the result to ``gen_ai.tool.call.result`` (JSON; its text or JSON also
+    ``output.value``). The collector reads these as the request's ``tools_called``; compare them with
+    ``annotate(expected_tools=...)`` through the ``tool_correctness`` metric.
+    """
+    return _make_decorator(A.ROLE_TOOL, fn, dict(name=name, description=description, capture_content=capture_content))
+
+
+def _expected_tool(w: AttrWriter, item: Any, texts: list[tuple[Any, Any]], capture: bool) -> dict[str, Any]:
+    """One expected tool call as ``{"name", "args"?}`` (arguments, being content, only where capture is on)."""
+    if isinstance(item, str):
+        return {"name": item}
+    if isinstance(item, dict):
+        call: dict[str, Any] = {"name": str(item["name"])}
+        args = item.get("args", item.get("arguments", item.get("input_parameters")))
+        if isinstance(args, str):
+            args = json.loads(args)
+        if args is not None and not isinstance(args, dict):
+            raise TypeError(f"expected tool arguments must be a dict, not {type(args).__name__}")
+        if args and capture:
+            call["args"] = clean_json(w, args, texts)
+        return call
+    raise TypeError(f"an expected tool is a name or a dict with a name, not {type(item).__name__}")
+
+
+def _write_expected_tools(w: AttrWriter, expected_tools: Any, capture: bool) -> None:
+    """``ragtrace.reference.tool_calls``; a malformed list is reported and left out (the other facts stay)."""
+    try:
+        texts: list[tuple[Any, Any]] = []
+        calls = [_expected_tool(w, t, texts, capture) for t in expected_tools]
+    except BaseException as exc:
+        safety.reraise_interrupt(exc)
+        safety.report("annotate.expected_tools", exc)
+        return
+    if not w.json_value(A.RAGTRACE_REFERENCE_TOOL_CALLS, calls, texts):  # too long for the limits
+        for c in calls:  # the names alone, rather than nothing
+            c.pop("args", None)
+        w.json_value(A.RAGTRACE_REFERENCE_TOOL_CALLS, calls, [])
+
+
 def annotate(
     *,
     reference: str | None = None,
@@ -903,6 +1094,7 @@ def annotate(
     tags: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
     sample: bool | None = None,
+    expected_tools: list[str | dict[str, Any]] | None = None,
 ) -> bool:
     """Attach request-level facts to the current pipeline (root) span.
 
@@ -910,7 +1102,10 @@ def annotate(
     (text: not recorded when content capture is off); ``session_id`` → ``session.id`` and
     ``gen_ai.conversation.id``; ``user_id`` → ``user.id``; ``tags`` → ``tag.tags``;
     ``metadata`` → ``metadata`` (JSON); ``sample=True`` asks the collector to always score this
-    request (``ragtrace.sample``). Outside a pipeline it writes on the current span.
+    request (``ragtrace.sample``); ``expected_tools`` (tool names, or ``{"name": ..., "args": {...}}``
+    dicts) → ``ragtrace.reference.tool_calls`` (JSON), what the collector's ``tool_correctness``
+    compares the request's tool calls with (arguments only recorded when content capture is on).
+    Outside a pipeline it writes on the current span.
     Returns whether anything was recorded. Never raises.
     """
     try:
@@ -935,6 +1130,8 @@ def annotate(
             w.text(A.METADATA, _json(metadata))
         if sample is not None:
             attrs[A.RAGTRACE_SAMPLE] = bool(sample)
+        if expected_tools is not None:
+            _write_expected_tools(w, expected_tools, s.capture_content)
         span.set_attributes(w.finish())
         return True
     except BaseException as exc:  # values whose str() raises

@@ -506,3 +506,45 @@ def set_span_attributes(span: Any, attrs: dict) -> None:
                     inner.update(attrs)
                 return
     span.set_attributes(attrs)
+
+
+_JSON_SCALARS = (int, float, bool, type(None))
+_MAX_JSON_DEPTH = 16
+_MAX_JSON_ITEMS = 256
+
+
+def clean_json(w: AttrWriter, value: Any, texts: list[tuple[Any, Any]], depth: int = 0) -> Any:
+    """A JSON-ready copy of ``value`` (tool arguments, results, expected tool calls): every text run through
+    the redaction hook and the attribute cap, other objects as their ``str()``; containers cut at
+    ``_MAX_JSON_ITEMS`` entries and ``_MAX_JSON_DEPTH`` levels. ``texts`` gets each text's place, for
+    :meth:`AttrWriter.json_value` to shorten. What the app's objects raise propagates (the caller contains it)."""
+    t = type(value)
+    if t is str:
+        return w.clean(value) if w.redact is not None or len(value) > w.max_len else value
+    if t in _JSON_SCALARS:
+        return value
+    if depth >= _MAX_JSON_DEPTH:
+        w.truncated = True
+        return "<nested too deep>"
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i >= _MAX_JSON_ITEMS:
+                w.truncated = True
+                break
+            key = k if type(k) is str else str(k)
+            out[key] = clean_json(w, v, texts, depth + 1)
+            if type(out[key]) is str:
+                texts.append((out, key))
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items: list[Any] = []
+        for i, v in enumerate(value):
+            if i >= _MAX_JSON_ITEMS:
+                w.truncated = True
+                break
+            items.append(clean_json(w, v, texts, depth + 1))
+            if type(items[-1]) is str:
+                texts.append((items, len(items) - 1))
+        return items
+    return w.clean(str(value))

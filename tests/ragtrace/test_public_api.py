@@ -16,6 +16,7 @@ EXPECTED = {
     "pipeline",
     "reranker",
     "retriever",
+    "tool",
 }
 
 
@@ -45,5 +46,8 @@ def test_attribute_contract_names_used_by_collector_exist():
         "RAGTRACE_CHUNK_COUNT",
         "GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK",
         "GEN_AI_RETRIEVAL_DOCUMENTS",
+        "RAGTRACE_REFERENCE_TOOL_CALLS",
+        "GEN_AI_TOOL_NAME",
+        "GEN_AI_TOOL_CALL_ARGUMENTS",
     ):
         assert isinstance(getattr(a, n), str)

@@ -55,6 +55,16 @@ USER_PROGRAM = textwrap.dedent(
         return documents
 
 
+    @ragtrace.tool(name="weather", description="Forecast for a city")
+    async def weather(city: str, days: int = 1) -> dict[str, str]:
+        return {"city": city}
+
+
+    @ragtrace.tool
+    def calc(expression: str) -> float:
+        return 0.0
+
+
     @ragtrace.pipeline("support")
     async def handle(question: str) -> str:
         docs: list[str] = rerank(question, search(question, k=2))
@@ -111,6 +121,9 @@ USER_PROGRAM = textwrap.dedent(
     Service.static_retrieve(1)  # E: arg-type
     Service.outer_static(1)  # E: arg-type
     Service.outer_cls(1)  # E: arg-type
+    forecast = weather("Paris", days="2")  # E: arg-type
+    total: float = calc("1 + 1") + calc(expression=2)  # E: arg-type
+    label: str = calc("1")  # E: assignment
     """
 )
 

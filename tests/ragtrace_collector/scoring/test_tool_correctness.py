@@ -131,3 +131,81 @@ async def test_tools_from_spans_of_each_convention_end_to_end() -> None:
     assert no_tools.tools_called == []
     [r] = await evaluate_record(no_tools, ["tool_correctness"], None)  # type: ignore[arg-type]
     assert r.score == 0.0 and r.details["missing"] == ["geocode", "weather"]
+
+
+def _run_tool_app(endpoint: str) -> str:
+    """An agent traced with the SDK: ``@pipeline``, two ``@tool`` calls (one async), the expected tools annotated;
+    exported as OTLP/HTTP to ``endpoint``. Returns the trace id."""
+    import asyncio
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import ragtrace
+
+    handle = ragtrace.init(
+        service_name="tool-agent",
+        endpoint=endpoint,
+        protocol="http/protobuf",
+        tracer_provider=TracerProvider(),
+        set_global=False,
+    )
+
+    @ragtrace.tool(description="Coordinates of a city")
+    def geocode(city: str, country: str | None = None) -> dict:
+        return {"lat": 48.86, "lon": 2.35}
+
+    @ragtrace.tool(name="weather")
+    async def forecast(lat: float, lon: float) -> str:
+        return "sunny"
+
+    @ragtrace.pipeline(name="agent")
+    def handle_request(question: str) -> str:
+        ragtrace.annotate(expected_tools=[{"name": "geocode", "args": {"city": "Paris"}}, "weather"])
+        trace_id = ragtrace.current_trace_id()
+        assert trace_id is not None
+        handle_request.trace_id = trace_id  # type: ignore[attr-defined]
+        where = geocode("Paris")
+        return f"It is {asyncio.run(forecast(where['lat'], lon=where['lon']))}."
+
+    try:
+        assert handle_request("Weather in Paris?") == "It is sunny."
+        assert handle.force_flush()
+    finally:
+        handle.shutdown()
+    return str(handle_request.trace_id)  # type: ignore[attr-defined]
+
+
+async def test_sdk_tool_spans_over_otlp_scored_end_to_end() -> None:
+    """SDK → OTLP over loopback → the served receiver → the assembled record → tool correctness."""
+    import asyncio
+
+    from ragtrace import config
+    from tests.support.receiver_stack import ServedStack
+    from tests.support.sdk import reset_settings
+
+    stack = await ServedStack().start()
+    saved = config.SETTINGS.tracer
+    try:
+        endpoint = stack.url.removesuffix("/v1/traces")
+        trace_id = await asyncio.to_thread(_run_tool_app, endpoint)
+        assert stack.spans("http") == 3
+        [record] = [r for r in stack.records() if r.trace_id == trace_id]
+    finally:
+        await stack.stop()
+        reset_settings()
+        config.SETTINGS.tracer = saved
+    assert [(c.name, c.args) for c in record.tools_called or []] == [
+        ("geocode", {"city": "Paris"}),
+        ("weather", {"lat": 48.86, "lon": 2.35}),
+    ]
+    assert [(c.name, c.args) for c in record.reference_tool_calls or []] == [
+        ("geocode", {"city": "Paris"}),
+        ("weather", {}),
+    ]
+    record = RagRecord.model_validate_json(record.model_dump_json())  # as the queue carries it
+    opts = ScoringOptions(tool_correctness_arguments=True, tool_correctness_ordering=True)
+    [r] = await evaluate_record(record, ["tool_correctness"], None, opts)  # type: ignore[arg-type]
+    assert r.status == "scored" and r.score == 1.0
+    wrong_order = record.model_copy(update={"tools_called": list(reversed(record.tools_called or []))})
+    [r] = await evaluate_record(wrong_order, ["tool_correctness"], None, opts)  # type: ignore[arg-type]
+    assert r.status == "scored" and r.score == 0.5
