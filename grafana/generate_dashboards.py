@@ -17,14 +17,25 @@ OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 SCHEMA_VERSION = 39
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
-# Selectors shared by every query; quality series carry no service label, so the pipeline variable
-# (itself filtered by service) is what narrows them. Scores keep their judge: a judge switch is not a
-# quality change, so quality queries filter and group by judge rather than summing it away.
+# Selectors shared by every query; quality series carry the service too, so the service filter applies to
+# scores. Scores keep their judge: a judge switch is not a quality change, so quality queries filter and
+# group by judge rather than summing it away.
 SP = 'service=~"$service", pipeline=~"$pipeline"'
 P = 'pipeline=~"$pipeline"'
-MP = 'metric=~"$metric", pipeline=~"$pipeline", judge=~"$judge"'
-# Alerts of the shipped rules, as Prometheus records them; alerts without a pipeline (collector-wide) always show.
-ALERTS = 'ALERTS{alertname=~"Rag.*", alertstate="firing", pipeline=~"$pipeline|"}'
+MP = 'metric=~"$metric", service=~"$service", pipeline=~"$pipeline", judge=~"$judge"'
+# One quality series, as the recording rules group them.
+SERIES = "metric, service, pipeline, judge"
+# Alerts of the shipped rules, as Prometheus records them; alerts without a service or pipeline (collector-wide)
+# always show.
+ALERTS = 'ALERTS{alertname=~"Rag.*", alertstate="firing", service=~"$service|", pipeline=~"$pipeline|"}'
+# The collector's records API through the Infinity plugin (grafana/provisioning/datasources: uid ragtrace-explorer).
+EXPLORER_DS = {"type": "yesoreyeram-infinity-datasource", "uid": "ragtrace-explorer"}
+# The worst-records panels' query: Grafana fills in the repeated metric and pipeline and the dashboard's time
+# range in unix seconds (the API's since/until); rows are the records' results of that metric, worst first.
+WORST_RECORDS_URL = (
+    "/api/v1/records?sort=worst&outcome=scored&metric=${metric}&pipeline=${pipeline}"
+    "&since=${__from:date:seconds}&until=${__to:date:seconds}&limit=20"
+)
 
 
 # --- variables -----------------------------------------------------------------------------------
@@ -295,6 +306,76 @@ def quantiles(metric: str, sel: str, by: str = "") -> list[dict]:
     return out
 
 
+def explorer_variable() -> dict:
+    """Where the browser reaches the collector's records explorer: the worst-records rows link there."""
+    default = "http://localhost:9464"
+    return {
+        "name": "explorer",
+        "label": "Explorer URL",
+        "type": "textbox",
+        "description": "The collector's metrics listener as your browser reaches it (the records explorer's pages).",
+        "query": default,
+        "current": {"selected": False, "text": default, "value": default},
+        "options": [{"selected": True, "text": default, "value": default}],
+        "hide": 0,
+    }
+
+
+def worst_records(title: str) -> dict:
+    """The worst records of the repeated metric, one table per pipeline, from the collector's JSON API
+    (Infinity datasource, :data:`WORST_RECORDS_URL`); each row opens its record page in the explorer."""
+    columns = [
+        ("score", "score", "number"),
+        ("time_iso", "time", "timestamp"),
+        ("service", "service", "string"),
+        ("judge", "judge", "string"),
+        ("question", "question", "string"),
+        ("trace_id", "trace_id", "string"),
+        ("path", "path", "string"),
+    ]
+    link = [{"title": "Open the record in the ragtrace explorer", "url": "${explorer}${__data.fields.path}"}]
+    return {
+        "type": "table",
+        "title": title,
+        "description": "The records of this metric and pipeline scored in the dashboard's time range, worst first "
+        "(the collector's /api/v1/records?sort=worst, through the Infinity datasource ragtrace-explorer). Click a "
+        "question or trace id to open the record: its claims and verdicts, contexts, judge's reasons and latencies "
+        "(the Explorer URL variable says where your browser reaches the collector).",
+        "datasource": EXPLORER_DS,
+        "repeat": "pipeline",
+        "repeatDirection": "h",
+        "maxPerRow": 2,
+        "targets": [
+            {
+                "refId": "A",
+                "datasource": EXPLORER_DS,
+                "type": "json",
+                "source": "url",
+                "parser": "backend",
+                "format": "table",
+                "url": WORST_RECORDS_URL,
+                "url_options": {"method": "GET", "data": ""},
+                "root_selector": "records",
+                "columns": [{"selector": sel, "text": text, "type": kind} for sel, text, kind in columns],
+                "filters": [],
+            }
+        ],
+        "fieldConfig": {
+            "defaults": {"custom": {"align": "auto"}, "noValue": "no scored record in this time range"},
+            "overrides": [
+                {"matcher": {"id": "byName", "options": "score"}, "properties": [{"id": "decimals", "value": 2}]},
+                {"matcher": {"id": "byName", "options": "question"}, "properties": [{"id": "links", "value": link}]},
+                {"matcher": {"id": "byName", "options": "trace_id"}, "properties": [{"id": "links", "value": link}]},
+                {
+                    "matcher": {"id": "byName", "options": "path"},
+                    "properties": [{"id": "custom.hidden", "value": True}],
+                },
+            ],
+        },
+        "options": {"showHeader": True, "footer": {"show": False}},
+    }
+
+
 def alert_annotations() -> dict:
     """The shipped alerts as annotations (from Prometheus's ALERTS series): when each fired, on every panel."""
     return {
@@ -306,8 +387,8 @@ def alert_annotations() -> dict:
         "expr": ALERTS,
         "step": "60s",
         "titleFormat": "{{alertname}}",
-        "textFormat": "{{severity}} {{metric}} {{pipeline}} {{judge}}",
-        "tagKeys": "severity,pipeline,metric",
+        "textFormat": "{{severity}} {{metric}} {{service}} {{pipeline}} {{judge}}",
+        "tagKeys": "severity,service,pipeline,metric",
         "useValueForTime": False,
     }
 
@@ -322,7 +403,7 @@ def alert_list(title: str) -> dict:
         "datasource": DS,
         "targets": [
             target(
-                f"count by (alertname, severity, pipeline, metric, judge) ({ALERTS})",
+                f"count by (alertname, severity, service, pipeline, metric, judge) ({ALERTS})",
                 ref="A",
                 instant=True,
                 fmt="table",
@@ -333,7 +414,14 @@ def alert_list(title: str) -> dict:
                 "id": "organize",
                 "options": {
                     "excludeByName": {"Time": True, "Value": True},
-                    "indexByName": {"severity": 0, "alertname": 1, "pipeline": 2, "metric": 3, "judge": 4},
+                    "indexByName": {
+                        "severity": 0,
+                        "alertname": 1,
+                        "service": 2,
+                        "pipeline": 3,
+                        "metric": 4,
+                        "judge": 5,
+                    },
                 },
             },
             {"id": "sortBy", "options": {"sort": [{"field": "severity", "desc": False}]}},
@@ -407,7 +495,7 @@ def wrong_side_expr(sel: str, window: str, by: str) -> str:
     ``le``): higher-is-better metrics count the records at or under it, lower-is-better ones (hallucination)
     the records above it.
     """
-    match = "and on (metric, pipeline, judge"
+    match = "and on (metric, service, pipeline, judge"
 
     def share(direction: str) -> str:
         t = f'ragtrace:eval_score:threshold{{{sel}, direction="{direction}"}}'
@@ -427,8 +515,16 @@ def quality_dashboard() -> dict:
     lay = Layout()
     panels: list[dict] = []
     variables = common_variables() + [
-        _query_var("metric", "Metric", 'label_values(ragtrace_eval_score_count{pipeline=~"$pipeline"}, metric)'),
-        _query_var("judge", "Judge", 'label_values(ragtrace_eval_score_count{pipeline=~"$pipeline"}, judge)'),
+        _query_var(
+            "metric",
+            "Metric",
+            'label_values(ragtrace_eval_score_count{service=~"$service", pipeline=~"$pipeline"}, metric)',
+        ),
+        _query_var(
+            "judge",
+            "Judge",
+            'label_values(ragtrace_eval_score_count{service=~"$service", pipeline=~"$pipeline"}, judge)',
+        ),
         _custom_var(
             "window",
             "Mean over",
@@ -436,6 +532,7 @@ def quality_dashboard() -> dict:
             "1h",
             "Window of the means and shares; the alerts use 5m and 1h (see the baseline panel).",
         ),
+        explorer_variable(),
     ]
     panels.append(lay.row("Overview"))
     panels.append(lay.place(alert_list("Firing alerts"), 8, 10))
@@ -444,14 +541,13 @@ def quality_dashboard() -> dict:
             table(
                 "Worst first: share of records on the wrong side of the threshold (over $window)",
                 [
-                    target(
-                        wrong_side_expr(MP, "$window", "metric, pipeline, judge"), ref="A", instant=True, fmt="table"
-                    ),
-                    target(mean_expr(MP, "$window", "metric, pipeline, judge"), ref="B", instant=True, fmt="table"),
-                    target(count_expr(MP, "$window", "metric, pipeline, judge"), ref="C", instant=True, fmt="table"),
-                    target(threshold_expr(MP, "metric, pipeline, judge"), ref="D", instant=True, fmt="table"),
+                    target(wrong_side_expr(MP, "$window", SERIES), ref="A", instant=True, fmt="table"),
+                    target(mean_expr(MP, "$window", SERIES), ref="B", instant=True, fmt="table"),
+                    target(count_expr(MP, "$window", SERIES), ref="C", instant=True, fmt="table"),
+                    target(threshold_expr(MP, SERIES), ref="D", instant=True, fmt="table"),
                 ],
-                "Per metric, pipeline and judge: the share of records on the wrong side of the alert threshold "
+                "Per metric, service, pipeline and judge: the share of records on the wrong side of the alert "
+                "threshold "
                 "(under it, or above it for hallucination, where lower is better), the mean score, the number "
                 "of records it rests on (n) and the threshold (grafana/prometheus/rules: the thresholds table).",
                 {"Value #A": "wrong side", "Value #B": "mean", "Value #C": "n", "Value #D": "threshold"},
@@ -465,8 +561,8 @@ def quality_dashboard() -> dict:
 
     panels.append(lay.row("$metric", repeat="metric"))
     msel = MP
-    by = "pipeline, judge"
-    legend = "{{pipeline}} ({{judge}})"
+    by = "service, pipeline, judge"
+    legend = "{{service}}/{{pipeline}} ({{judge}})"
     panels.append(
         lay.place(
             timeseries(
@@ -558,13 +654,16 @@ def quality_dashboard() -> dict:
                     target(count_expr(msel, "$__rate_interval", by), f"n: {legend}", "B"),
                     target(threshold_expr(msel, by), f"threshold: {legend}", "C"),
                 ],
-                description="Each exemplar dot is one scored record; click it to open its trace (trace_id).",
+                description="Each exemplar dot is one scored record; click it to open its trace (trace_id) in "
+                "Tempo or the record in the ragtrace explorer (the Prometheus datasource's exemplar links: "
+                "grafana/provisioning/datasources, EXPLORER_URL).",
                 overrides=score_axis("A") + threshold_line("C") + sample_size_override("B"),
             ),
             24,
             9,
         )
     )
+    panels.append(lay.place(worst_records("Worst $metric records of $pipeline"), 24, 9))
     return dashboard(
         "ragtrace-quality",
         "ragtrace / RAG quality",

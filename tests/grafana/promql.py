@@ -93,12 +93,46 @@ def iter_panels(dashboard: dict):
 
 
 def panel_queries(dashboard: dict) -> list[tuple[str, str, dict]]:
-    """(panel title, refId, target) for every query target of every panel."""
+    """(panel title, refId, target) for every PromQL target of every panel (the explorer's JSON queries of the
+    worst-records panels are :func:`explorer_queries`)."""
     out = []
     for panel in iter_panels(dashboard):
         for t in panel.get("targets", []):
-            out.append((panel["title"], t.get("refId", "?"), t))
+            if "expr" in t:
+                out.append((panel["title"], t.get("refId", "?"), t))
     return out
+
+
+EXPLORER_DS_TYPE = "yesoreyeram-infinity-datasource"
+
+
+def explorer_panels(dashboard: dict) -> list[dict]:
+    """The panels reading the collector's records API (the Infinity datasource), not Prometheus."""
+    return [p for p in iter_panels(dashboard) if p.get("datasource", {}).get("type") == EXPLORER_DS_TYPE]
+
+
+def grafana_url(template: str, values: dict[str, str], time_from_ms: int, time_to_ms: int) -> str:
+    """A query URL as Grafana interpolates it: ``$var``/``${var}`` from ``values`` (URL-encoded, as a single
+    value of a repeated panel is), ``${__from}``/``${__to}`` in epoch milliseconds and with ``:date:seconds``
+    in unix seconds (the formats Grafana documents for the time range variables)."""
+    from urllib.parse import quote
+
+    def repl(match: re.Match) -> str:
+        name, fmt = match.group(1) or match.group(3), match.group(2)
+        if name in ("__from", "__to"):
+            ms = time_from_ms if name == "__from" else time_to_ms
+            if fmt is None:
+                return str(ms)
+            if fmt == "date:seconds":
+                return str(ms // 1000)
+            raise KeyError(f"format {fmt!r} of ${name} not modelled")
+        if fmt is not None:
+            raise KeyError(f"format {fmt!r} of ${name} not modelled")
+        if name not in values:
+            raise KeyError(f"no value for template variable ${name} in {template!r}")
+        return quote(values[name], safe="")
+
+    return re.sub(r"\$\{(\w+)(?::([\w:]+))?\}|\$(\w+)", repl, template)
 
 
 def variable_queries(dashboard: dict) -> list[str]:

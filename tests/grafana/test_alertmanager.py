@@ -67,17 +67,17 @@ def _post(url: str, alerts: list[dict]) -> None:
     urllib.request.urlopen(req, timeout=5).close()
 
 
-def _states(url: str) -> dict[tuple[str, str, str], str]:
+def _states(url: str) -> dict[tuple[str, str, str, str], str]:
     with urllib.request.urlopen(url + "/api/v2/alerts", timeout=5) as resp:
         alerts = json.loads(resp.read())
     return {
-        (a["labels"]["alertname"], a["labels"].get("metric", ""), a["labels"].get("pipeline", "")): a["status"]["state"]
+        tuple(a["labels"].get(k, "") for k in ("alertname", "metric", "service", "pipeline")): a["status"]["state"]
         for a in alerts
     }
 
 
 def test_one_incident_one_page(alertmanager):
-    support = {"pipeline": "support", "judge": "local"}
+    support = {"service": "shop", "pipeline": "support", "judge": "local"}
     _post(
         alertmanager,
         [
@@ -86,17 +86,22 @@ def test_one_incident_one_page(alertmanager):
             _alert("RagQualityLow", "warning", metric="hallucination", **support),
             # another pipeline, and another metric of the same pipeline: not explained by the page
             _alert("RagFaithfulnessDropped", "page", metric="faithfulness", pipeline="docs-qa", judge="local"),
+            # the same pipeline served by another service: its own incident
+            _alert("RagFaithfulnessDropped", "page", metric="faithfulness", **{**support, "service": "docs"}),
+            _alert("RagQualityLow", "warning", metric="hallucination", **{**support, "service": "docs"}),
             _alert("RagQualityLow", "warning", metric="context_precision", **support),
             _alert("RagQualityDropped", "warning", metric="context_precision", **support),
         ],
     )
     expected = {
-        ("RagFaithfulnessLow", "faithfulness", "support"): "active",
-        ("RagFaithfulnessDropped", "faithfulness", "support"): "suppressed",
-        ("RagQualityLow", "hallucination", "support"): "suppressed",
-        ("RagFaithfulnessDropped", "faithfulness", "docs-qa"): "active",
-        ("RagQualityLow", "context_precision", "support"): "active",
-        ("RagQualityDropped", "context_precision", "support"): "suppressed",
+        ("RagFaithfulnessLow", "faithfulness", "shop", "support"): "active",
+        ("RagFaithfulnessDropped", "faithfulness", "shop", "support"): "suppressed",
+        ("RagQualityLow", "hallucination", "shop", "support"): "suppressed",
+        ("RagFaithfulnessDropped", "faithfulness", "", "docs-qa"): "active",
+        ("RagFaithfulnessDropped", "faithfulness", "docs", "support"): "active",
+        ("RagQualityLow", "hallucination", "docs", "support"): "suppressed",  # by docs' own faithfulness page
+        ("RagQualityLow", "context_precision", "shop", "support"): "active",
+        ("RagQualityDropped", "context_precision", "shop", "support"): "suppressed",
     }
     deadline = time.monotonic() + 20
     while (states := _states(alertmanager)) != expected and time.monotonic() < deadline:

@@ -9,7 +9,9 @@ import yaml
 
 from tests.grafana.promql import (
     DASHBOARDS,
+    EXPLORER_DS_TYPE,
     GRAFANA,
+    explorer_panels,
     exported_metric_names,
     iter_panels,
     load_dashboards,
@@ -70,7 +72,7 @@ def test_datasource_referenced_by_uid_variable():
             assert variables[name]["type"] == "query", f"{d['uid']} lacks the {name} variable"
             assert variables[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         for panel in iter_panels(d):
-            if panel["type"] == "row":
+            if panel["type"] == "row" or panel in explorer_panels(d):
                 continue
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
             assert panel["targets"], f"{panel['title']} has no query"
@@ -95,14 +97,15 @@ def test_every_query_uses_template_filters():
                 )
             ):
                 assert "$service" in expr and "$pipeline" in expr, f"{d['uid']}/{title}/{ref}"
-            if "ragtrace_eval_score" in expr or "ragtrace:eval_score" in expr:
-                assert "$pipeline" in expr, f"{d['uid']}/{title}/{ref}"
+            if "ragtrace_eval_score" in expr or "ragtrace:eval_score" in expr or "ragtrace_eval_weight" in expr:
+                # quality series carry the service: the service filter applies to scores too
+                assert "$service" in expr and "$pipeline" in expr, f"{d['uid']}/{title}/{ref}"
 
 
 def test_quality_dashboard_shows_sample_sizes_and_exemplars():
     d = next(d for d in load_dashboards() if d["uid"] == "ragtrace-quality")
     for panel in iter_panels(d):
-        exprs = [t["expr"] for t in panel.get("targets", [])]
+        exprs = [t["expr"] for t in panel.get("targets", []) if "expr" in t]
         if any("rate(ragtrace_eval_score_sum" in e for e in exprs) or any(":mean1h" in e for e in exprs):
             assert any("increase(ragtrace_eval_score_count" in e or ":count1h" in e for e in exprs), (
                 f"{panel['title']}: a mean without its sample size"
@@ -198,7 +201,19 @@ def test_provisioning():
     prom, tempo = by_type["prometheus"], by_type["tempo"]
     assert prom["uid"] == "ragtrace-prometheus"
     dest = prom["jsonData"]["exemplarTraceIdDestinations"]
-    assert dest == [{"name": "trace_id", "datasourceUid": tempo["uid"]}]
+    assert dest[0] == {"name": "trace_id", "datasourceUid": tempo["uid"]}
+    # exemplars also open the scored record in the collector's explorer (Grafana's ${__value.raw}, `$$`-escaped
+    # from the provisioning's environment expansion, is the exemplar's trace id)
+    assert prom["jsonData"]["exemplarTraceIdDestinations"][1:] == [
+        {
+            "name": "trace_id",
+            "url": "${EXPLORER_URL}/explorer/records/$${__value.raw}",
+            "urlDisplayLabel": "Record in the ragtrace explorer",
+        }
+    ]
+    explorer = by_type[EXPLORER_DS_TYPE]
+    assert explorer["uid"] == "ragtrace-explorer" and explorer["url"] == "${COLLECTOR_URL}"
+    assert explorer["jsonData"]["allowedHosts"] == ["${COLLECTOR_URL}"]
     boards = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "ragtrace.yaml").read_text())
     assert boards["providers"][0]["type"] == "file"
     assert boards["providers"][0]["options"]["path"]

@@ -95,7 +95,8 @@ def test_quality_alerts_have_min_sample_count_and_few_sample_tests():
     assert {r["labels"]["window"] for r in enough} == {"fast", "slow"}
     for rule, window in zip(enough, ("5m", "1h")):
         assert re.fullmatch(
-            rf"ragtrace:eval_score:mean{window} and on \(metric, pipeline, judge\) ragtrace:eval_score:count{window} >= \d+",
+            rf"ragtrace:eval_score:mean{window} and on \(metric, service, pipeline, judge\) "
+            rf"ragtrace:eval_score:count{window} >= \d+",
             rule["expr"].strip(),
         ), rule["expr"]
     for rule in alerts():

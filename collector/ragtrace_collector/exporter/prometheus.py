@@ -2,10 +2,10 @@
 
 Names (Grafana dashboards and alert rules are written against these):
 
-* ``ragtrace_eval_score{metric,pipeline,judge}`` — histogram of scores, ``trace_id`` exemplars,
+* ``ragtrace_eval_score{metric,service,pipeline,judge}`` — histogram of scores, ``trace_id`` exemplars,
   buckets every 0.05 on ``[0, 1]`` so each alert threshold (0.5, 0.7, 0.8, 0.9...) is a bucket edge.
-* ``ragtrace_eval_weight_total{metric,pipeline,judge}`` and
-  ``ragtrace_eval_weighted_score_total{metric,pipeline,judge}`` — sums of each scored record's
+* ``ragtrace_eval_weight_total{metric,service,pipeline,judge}`` and
+  ``ragtrace_eval_weighted_score_total{metric,service,pipeline,judge}`` — sums of each scored record's
   sampling weight (1 / its sampling probability) and of weight × score, so
   ``rate(weighted_score) / rate(weight)`` is the traffic-weighted mean score, unbiased when
   pipelines or always-sample rules sample at different rates.
@@ -27,9 +27,10 @@ Names (Grafana dashboards and alert rules are written against these):
 * ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
   ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
-Labels come from bounded sets only: metric names from config, judge names, and pipeline names, which
-come from the traffic and so keep at most ``max_pipelines`` distinct values (later ones are ``other``);
-the families labelled by pipeline are label sets (:class:`~ragtrace_collector.telemetry.labels.LabelSet`)
+Labels come from bounded sets only: metric names from config, judge names, and service and pipeline names,
+which come from the traffic and so keep at most ``max_services`` / ``max_pipelines`` distinct values (later
+ones are ``other``); the families labelled by them are label sets
+(:class:`~ragtrace_collector.telemetry.labels.LabelSet`, bounded in series as a product of their values),
 each within ``limits.max_series_per_label_set`` series, idle combinations expiring.
 """
 
@@ -121,15 +122,17 @@ class EvalMetrics:
         max_pipelines: int = 50,
         limits: LimitsConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_services: int = 20,
     ) -> None:
         self.registry = registry
         self.clock = clock
         limits = limits if limits is not None else LimitsConfig()
         self.pipeline_label = BoundedLabel(max_pipelines, limits.label_idle_seconds, self._now)
+        self.service_label = BoundedLabel(max_services, limits.label_idle_seconds, self._now)
         self.eval_score = Histogram(
             "ragtrace_eval_score",
             "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",
-            ["metric", "pipeline", "judge"],
+            ["metric", "service", "pipeline", "judge"],
             buckets=SCORE_BUCKETS,
             registry=registry,
         )
@@ -143,13 +146,13 @@ class EvalMetrics:
         self.eval_weight = Counter(
             "ragtrace_eval_weight",
             "Sum of the sampling weights (1 / sampling probability) of scored records.",
-            ["metric", "pipeline", "judge"],
+            ["metric", "service", "pipeline", "judge"],
             registry=registry,
         )
         self.eval_weighted_score = Counter(
             "ragtrace_eval_weighted_score",
             "Sum of sampling weight x score of scored records (divide by ragtrace_eval_weight_total).",
-            ["metric", "pipeline", "judge"],
+            ["metric", "service", "pipeline", "judge"],
             registry=registry,
         )
         self.evaluations = Counter(
@@ -209,7 +212,7 @@ class EvalMetrics:
             ["judge", "reason"],
             registry=registry,
         )
-        # the families labelled by the traffic's pipeline names, each set bounded in series as a product
+        # the families labelled by the traffic's service and pipeline names, each set bounded in series as a product
         overflow = series_overflow(registry)
 
         def label_set(members: list[Member], labels: tuple[BoundedLabel | None, ...]) -> LabelSet:
@@ -223,9 +226,10 @@ class EvalMetrics:
             )
 
         one: tuple[tuple[str, ...], ...] = ((),)
-        pipeline = self.pipeline_label
+        pipeline, service = self.pipeline_label, self.service_label
         self._scores = label_set(
-            [(self.eval_score, one), (self.eval_weight, one), (self.eval_weighted_score, one)], (None, pipeline, None)
+            [(self.eval_score, one), (self.eval_weight, one), (self.eval_weighted_score, one)],
+            (None, service, pipeline, None),
         )
         self._latency = label_set([(self.eval_latency, one)], (pipeline,))
         self._scored = label_set([(self.records_scored, one)], (pipeline,))
@@ -265,7 +269,7 @@ class EvalMetrics:
         if not _is_quality_score(result.metric):
             self._latency.children(pipeline)[0].observe(score, exemplar=exemplar)
             return
-        labels = self._scores.labels(result.metric, pipeline, judge)
+        labels = self._scores.labels(result.metric, record.service, pipeline, judge)
         self.eval_score.labels(*labels).observe(score, exemplar=exemplar)
         weight = record.sampling_weight if record.sampling_weight and record.sampling_weight > 0 else 1.0
         self.eval_weight.labels(*labels).inc(weight)

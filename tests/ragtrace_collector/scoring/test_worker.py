@@ -63,7 +63,7 @@ async def test_scores_every_queued_record_once(tmp_path):
     assert queue.depth() == 0
     for metric in LEXICAL:
         assert count(registry, metric) == 6
-    labels = {"metric": "bleu", "pipeline": "qa", "judge": "judge"}
+    labels = {"metric": "bleu", "service": "unknown", "pipeline": "qa", "judge": "judge"}
     assert registry.get_sample_value("ragtrace_eval_score_count", labels) == 6
     # exact matches (even i) score 1.0 on bleu
     assert registry.get_sample_value("ragtrace_eval_score_bucket", {**labels, "le": "0.95"}) == 3
