@@ -97,6 +97,9 @@ def follow(browser: Any, element: Any) -> None:
     old = browser.find_element(By.TAG_NAME, "html")
     element.click()
     WebDriverWait(browser, 10).until(expected_conditions.staleness_of(old))
+    # the old page is gone; wait until the new one has finished loading before anything looks it up (reading a
+    # document still in transition fails with "Node ... does not belong to the document")
+    WebDriverWait(browser, 10).until(lambda b: b.execute_script("return document.readyState") == "complete")
 
 
 def rows(browser: Any) -> list[Any]:
