@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,12 +69,30 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """A model file's sha256: pinned files are checked, since a changed file would silently change every score."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def cpu_session(model: Path, threads: int | None = None) -> Any:
+    """An onnxruntime CPU session that shares its cores politely with the app the collector watches.
+
+    ``threads`` defaults to ``RAGTRACE_EMBEDDING_THREADS`` (2); no busy-waiting between operators.
+    """
+    import onnxruntime as ort
+
+    if threads is None:
+        threads = int(os.environ.get("RAGTRACE_EMBEDDING_THREADS", "2"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = max(1, threads)
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
 class LocalEmbedder:
@@ -97,7 +116,6 @@ class LocalEmbedder:
         max_tokens: int = MAX_TOKENS,
     ) -> None:
         try:
-            import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - both are collector dependencies
             raise EmbeddingModelError(f"onnxruntime and tokenizers are required: {exc}") from exc
@@ -110,21 +128,13 @@ class LocalEmbedder:
             if not path.is_file():
                 raise EmbeddingModelError(f"embedding {what} file not found: {path}")
         # The default files are pinned: a changed file would silently change every score.
-        if model_path is None and env_model is None and _sha256(model) != MODEL_SHA256:
+        if model_path is None and env_model is None and sha256_of(model) != MODEL_SHA256:
             raise EmbeddingModelError(f"embedding model {model} does not match the pinned sha256")
-        if tokenizer_path is None and env_tok is None and _sha256(tokenizer) != TOKENIZER_SHA256:
+        if tokenizer_path is None and env_tok is None and sha256_of(tokenizer) != TOKENIZER_SHA256:
             raise EmbeddingModelError(f"tokenizer {tokenizer} does not match the pinned sha256")
 
-        if threads is None:
-            threads = int(os.environ.get("RAGTRACE_EMBEDDING_THREADS", "2"))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        # No busy-waiting between ops: the collector shares its cores with the app it watches.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+            self._session = cpu_session(model, threads)
             self._tokenizer = Tokenizer.from_file(str(tokenizer))
         except Exception as exc:
             raise EmbeddingModelError(f"cannot load the embedding model {model}: {exc}") from exc

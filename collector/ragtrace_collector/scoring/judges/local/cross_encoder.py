@@ -17,7 +17,6 @@ Run time needs onnxruntime and tokenizers only (no torch).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -28,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ragtrace_collector.scoring.embeddings import DEFAULT_TOKENIZER
+from ragtrace_collector.scoring.embeddings import DEFAULT_TOKENIZER, cpu_session, sha256_of
 
 CASCADE_PARAMS_PATH = Path(__file__).parent / "cross_encoder.json"
 
@@ -129,14 +128,6 @@ class CascadeParams:
         return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class CrossEncoder:
     """P(supported) of (claim, evidence) pairs from the int8 ONNX cross-encoder (onnxruntime, no torch).
 
@@ -154,7 +145,6 @@ class CrossEncoder:
         batch_size: int = 16,
     ) -> None:
         try:
-            import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - both are collector dependencies
             raise CrossEncoderError(f"onnxruntime and tokenizers are required: {exc}") from exc
@@ -163,17 +153,10 @@ class CrossEncoder:
         tokenizer = Path(tokenizer_path or DEFAULT_TOKENIZER)
         if not model.is_file():
             raise CrossEncoderError(f"cross-encoder model file not found: {model}")
-        if model_path is None and env_model is None and _sha256(model) != params.sha256:
+        if model_path is None and env_model is None and sha256_of(model) != params.sha256:
             raise CrossEncoderError(f"cross-encoder model {model} does not match the sha256 in its parameters")
-        if threads is None:
-            threads = int(os.environ.get("RAGTRACE_EMBEDDING_THREADS", "2"))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+            self._session = cpu_session(model, threads)
             self._tokenizer = Tokenizer.from_file(str(tokenizer))
         except Exception as exc:
             raise CrossEncoderError(f"cannot load the cross-encoder {model}: {exc}") from exc
