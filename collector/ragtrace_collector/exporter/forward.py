@@ -28,6 +28,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ForwardConfig
+from ragtrace_collector.exporter.sender_loop import SenderLoop
 
 log = logging.getLogger(__name__)
 
@@ -171,11 +172,9 @@ class Forwarder:
         self._lock = threading.Condition()
         self._closing = False
         self._logged: set[str] = set()
-        self._loop = asyncio.new_event_loop()
-        self._wake = asyncio.Event()
-        self._task = self._loop.create_task(self._run())
-        self._thread = threading.Thread(target=self._serve, name="ragtrace-forward", daemon=True)
-        self._thread.start()
+        self._sender = SenderLoop("ragtrace-forward", self._run, "forwarding")
+        self._wake = self._sender.wake
+        self._sender.start()
 
     @classmethod
     def from_config(cls, config: ForwardConfig, registry: CollectorRegistry | None = None) -> Forwarder:
@@ -216,7 +215,7 @@ class Forwarder:
         if reason is not None:
             self.dropped.labels(reason).inc()
             return False
-        self._signal()
+        self._sender.signal()
         return True
 
     def count(self, reason: str) -> float:
@@ -232,7 +231,7 @@ class Forwarder:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued request was sent or dropped; False when ``timeout`` passed first."""
-        self._signal()
+        self._sender.signal()
         with self._lock:
             return self._lock.wait_for(lambda: self._count == 0, timeout)
 
@@ -242,16 +241,7 @@ class Forwarder:
             if self._closing:
                 return
             self._closing = True
-        self._signal()
-        self._thread.join(timeout if timeout is not None else self.timeout + 1)
-        if self._thread.is_alive():  # requests still in flight past the bound: cancelled, counted below
-            try:
-                self._loop.call_soon_threadsafe(self._task.cancel)
-            except RuntimeError:
-                pass
-            self._thread.join(5.0)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._sender.stop(timeout if timeout is not None else self.timeout + 1)  # past it, in-flight work is cancelled
         with self._lock:  # what never left the queue (in-flight requests were counted when cancelled)
             left = len(self._pending)
             self._bytes -= sum(r.nbytes for r in self._pending)
@@ -262,20 +252,6 @@ class Forwarder:
             self.dropped.labels(SHUTDOWN).inc(left)
 
     # -- the sending side (its own thread and event loop) ---------------------------------------------
-    def _serve(self) -> None:
-        try:
-            self._loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("forwarding stopped")
-
-    def _signal(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._wake.set)
-        except RuntimeError:  # the loop already ended
-            pass
-
     def _take(self) -> _Request | None:
         with self._lock:
             return self._pending.popleft() if self._pending else None

@@ -33,6 +33,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace_collector.exporter.otlp_events import explanation, parse_span_id
+from ragtrace_collector.exporter.sender_loop import SenderLoop
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 
@@ -116,11 +117,9 @@ class PhoenixAnnotations:
         self._cond = threading.Condition()
         self._closing = False
         self._rejected_logged: set[int] = set()
-        self._loop = asyncio.new_event_loop()
-        self._wake = asyncio.Event()
-        self._task = self._loop.create_task(self._run())
-        self._thread = threading.Thread(target=self._serve, name="ragtrace-phoenix", daemon=True)
-        self._thread.start()
+        self._sender = SenderLoop("ragtrace-phoenix", self._run, "the phoenix exporter")
+        self._wake = self._sender.wake
+        self._sender.start()
 
     # -- the scoring side (never blocks) ---------------------------------------------------------
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
@@ -146,7 +145,7 @@ class PhoenixAnnotations:
                 queued += 1
             full = len(self._pending) >= self.batch_size
         if full:
-            self._signal()
+            self._sender.signal()
         return queued
 
     def count(self, outcome: str) -> float:
@@ -155,7 +154,7 @@ class PhoenixAnnotations:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued was sent or dropped; False when ``timeout`` passed first."""
-        self._signal()
+        self._sender.signal()
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
@@ -165,36 +164,15 @@ class PhoenixAnnotations:
             if self._closing:
                 return
             self._closing = True
-        self._signal()
-        self._thread.join(timeout if timeout is not None else 2 * self.timeout + 1)
-        if self._thread.is_alive():  # a batch still in flight past the bound: abandoned, counted as shutdown
-            try:
-                self._loop.call_soon_threadsafe(self._task.cancel)
-            except RuntimeError:
-                pass
-            self._thread.join(5.0)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._sender.stop(
+            timeout if timeout is not None else 2 * self.timeout + 1
+        )  # past it, in-flight work is cancelled
         with self._cond:
             left = len(self._pending)
             self._pending.clear()
         self._count("shutdown", left)
 
     # -- the sending side (its own thread and event loop) -------------------------------------------
-    def _serve(self) -> None:
-        try:
-            self._loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("the phoenix exporter stopped")
-
-    def _signal(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._wake.set)
-        except RuntimeError:  # the loop already ended
-            pass
-
     def _count(self, outcome: str, n: int) -> None:
         if n:
             self._outcomes[outcome].inc(n)
