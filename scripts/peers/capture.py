@@ -37,7 +37,10 @@ SETUPS: dict[str, str] = {
     "oi_openai": "openinference",
     "oi_llamaindex": "openinference",
     "tl_decorators": "traceloop",
+    "tl_langchain": "traceloop",
+    "tl_llamaindex": "traceloop",
     "openlit_qdrant": "openlit",
+    "openlit_langchain": "openlit",
 }
 _VERSIONED = ("opentelemetry", "openinference", "langchain", "llama-index", "openai", "traceloop", "openlit", "qdrant")
 

@@ -126,7 +126,9 @@ async def test_bare_llm_traces_have_no_retriever_span(tmp_path, caplog):
     assert "had no retrieved contexts — no retriever span found (span kinds seen: LLM); faithfulness" in line
 
 
-@pytest.mark.parametrize("setup", ["oi_openai", "tl_decorators", "oi_langchain_openai"])
+@pytest.mark.parametrize(
+    "setup", ["oi_openai", "tl_decorators", "oi_langchain_openai", "tl_langchain", "openlit_langchain"]
+)
 async def test_full_records_report_nothing(tmp_path, caplog, setup):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     stack, queue = await sweep_capture(tmp_path, setup)

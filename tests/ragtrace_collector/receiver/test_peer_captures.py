@@ -34,7 +34,10 @@ SETUPS: dict[str, tuple[bool, bool, bool]] = {
     "oi_openai": (True, True, True),
     "oi_llamaindex": (True, True, False),  # llama-index streams without asking for usage
     "tl_decorators": (True, True, True),
+    "tl_langchain": (False, True, True),  # OpenLLMetry's LangChain LLM span has no first-token time
+    "tl_llamaindex": (True, True, False),  # streamed queries: only the spans below the never-ended workflow span
     "openlit_qdrant": (True, False, True),  # OpenLIT's qdrant spans never record the points returned
+    "openlit_langchain": (True, True, True),  # retrieval and chat traced apart, joined by assembly
 }
 CORPUS = {text for _, text in common.CORPUS}
 PB = {"Content-Type": "application/x-protobuf"}
@@ -121,4 +124,15 @@ async def test_model_calls_nested_in_their_request_are_never_paired(make_stack):
     stack = make_stack()
     records = await replay(lambda: stack, "oi_openai")
     assert len(records) == len(common.QUESTIONS)
+    assert stack.sample("ragtrace_assembly_completed_total", reason="duplicate_llm_call") == 0
+
+
+async def test_openlit_langchain_halves_join_into_one_record_per_request(make_stack):
+    """OpenLIT's LangChain instrumentation makes no span for the chain: each request's retrieval and chat are two
+    traces; assembly joins the chat into the retrieval's trace (every passage in its prompt), counted."""
+    stack = make_stack()
+    records = await replay(lambda: stack, "openlit_langchain")
+    assert [r.user_input for r in records] == [q for q, _, _ in common.QUESTIONS]
+    assert all(len(r.retrieved_contexts) == 3 and r.response and r.model for r in records)
+    assert stack.sample("ragtrace_assembly_completed_total", reason="split_request") == len(common.QUESTIONS)
     assert stack.sample("ragtrace_assembly_completed_total", reason="duplicate_llm_call") == 0

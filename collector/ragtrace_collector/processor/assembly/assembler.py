@@ -18,6 +18,14 @@ same prompt and encloses it in time; its spans then join that request's trace (m
 same sweep) or are dropped (the request's record already left). Either way it completes under the reason
 ``duplicate_llm_call``. Pairing is per process: with shared Redis state the two may complete in different
 receivers, and the bare call then makes its own record after the window.
+
+One request traced as two traces, its retrieval in one and the model call it fed in another (OpenLIT's LangChain
+instrumentation, see ``conventions/halves.py``), makes one record too: in a service that writes traces starting
+with a model call, a completed trace that only retrieved is held back (up to the same window) until a trace that
+only called a model, of the same service, shows every retrieved passage in its prompt, having started after the
+retrieval ended; the call's spans then join the retrieval's trace, the call's trace completing under the reason
+``split_request``. A retrieval that fed no call is released as its own record after the window; a call whose
+retrieval completed in a later sweep than it is not joined.
 """
 
 from __future__ import annotations
@@ -33,13 +41,15 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
-from ragtrace_collector.processor.conventions import build_record, duplicates, is_request
+from ragtrace_collector.processor.conventions import build_record, duplicates, halves, is_request
 
 # Completion reason reported for a trace that is no request (an index build, a vector-store write): it makes
 # no record, and is counted under this reason instead of the way it completed.
 REASON_NO_REQUEST = "no_request"
 # Completion reason of a trace that only repeats a model call another trace's record holds (see the module docs).
 REASON_DUPLICATE_CALL = "duplicate_llm_call"
+# Completion reason of a trace holding the model-call half of a request whose retrieval was traced apart (joined).
+REASON_SPLIT_REQUEST = "split_request"
 _DEFAULTS = AssemblyConfig()
 _SERVICE_MEMORY_SECONDS = 3600.0  # a service keeps its mark (nested generators, bare calls) this long after the last
 _MAX_SERVICES = 10_000  # services marked at once (least recently seen go first)
@@ -101,6 +111,7 @@ class Assembler:
         self._calls: dict[tuple[str | None, str], list[tuple[float, duplicates.ModelCall]]] = {}
         self._call_order: deque[tuple[float, tuple[str | None, str]]] = deque()
         self._held: OrderedDict[str, tuple[float, CompletedTrace, duplicates.ModelCall]] = OrderedDict()
+        self._held_retrievals: OrderedDict[str, tuple[float, CompletedTrace, halves.RetrievalHalf]] = OrderedDict()
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
@@ -134,14 +145,19 @@ class Assembler:
             for _ in range(len(out) - len(requests)):
                 self.observer.trace_completed(REASON_NO_REQUEST)
         requests = self._pair_duplicate_calls(requests, everything)
+        requests, joined = self._join_halves(requests, everything)
         if self.observer is not None:
+            for c in requests:
+                self.observer.trace_completed(c.reason)
+            for _ in range(joined):
+                self.observer.trace_completed(REASON_SPLIT_REQUEST)
             self.observer.inflight(*self.state.inflight())
         return requests
 
     def _pair_duplicate_calls(self, requests: list[CompletedTrace], everything: bool) -> list[CompletedTrace]:
         """``requests`` less the bare model calls repeating a request's call (merged into it, or dropped when its
         record already left) and less those held back for their request, plus the held ones whose window passed;
-        each completion reported once, under its own reason or ``duplicate_llm_call``."""
+        the pairings reported under ``duplicate_llm_call`` (the traces returned are reported by the caller)."""
         now = self.clock()
         _forget(self._nested, now)
         _forget(self._bare, now)
@@ -175,11 +191,45 @@ class Assembler:
         while len(self._held) > _MAX_HELD:
             out.append(self._held.popitem(last=False)[1][1])
         if self.observer is not None:
-            for c in out:
-                self.observer.trace_completed(c.reason)
             for _ in range(paired):
                 self.observer.trace_completed(REASON_DUPLICATE_CALL)
         return out
+
+    def _join_halves(self, requests: list[CompletedTrace], everything: bool) -> tuple[list[CompletedTrace], int]:
+        """``requests`` with each model call that a held or completing retrieval fed joined into that retrieval's
+        trace (see the module docs), less the retrievals held back for their call, plus the held ones whose window
+        passed; and how many were joined."""
+        now = self.clock()
+        pending = list(self._held_retrievals.values())
+        self._held_retrievals.clear()
+        out: list[CompletedTrace] = []
+        for c in requests:  # only services whose traces start with a model call can split a request so
+            half = halves.retrieval_half(c.trace_id, c.spans) if _service_of(c) in self._bare else None
+            if half is not None:
+                pending.append((now, c, half))
+            else:
+                out.append(c)
+        joined = 0
+        for i, c in enumerate(out):
+            if not pending:
+                break
+            answer = halves.answer_half(c.trace_id, c.spans)
+            fed = [p for p in pending if answer is not None and halves.fed(p[2], answer)]
+            if fed:
+                source = max(fed, key=lambda p: p[2].end)  # the latest retrieval before the call
+                pending.remove(source)
+                retrieval = source[1]
+                spans = halves.join(retrieval.spans, c.spans, retrieval.trace_id)
+                out[i] = CompletedTrace(retrieval.trace_id, spans, retrieval.reason)
+                joined += 1
+        for since, c, half in pending:
+            if everything or now - since >= self.duplicate_window:
+                out.append(c)
+            else:
+                self._held_retrievals[c.trace_id] = (since, c, half)
+        while len(self._held_retrievals) > _MAX_HELD:
+            out.append(self._held_retrievals.popitem(last=False)[1][1])
+        return out, joined
 
     def _remember(self, call: duplicates.ModelCall, now: float) -> None:
         key = (call.service, call.prompt)

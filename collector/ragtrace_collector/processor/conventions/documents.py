@@ -10,7 +10,7 @@ from ragtrace import attributes as A
 from ragtrace_collector.processor.conventions.values import as_float, indexed, json_dict, maybe_json
 
 _CONTENT_KEYS = ("content", "page_content", "text", "document", "chunk", "body")
-_ID_KEYS = ("id", "doc_id", "node_id", "document_id", "_id")
+_ID_KEYS = ("id", "doc_id", "node_id", "document_id", "_id", "id_")  # id_: a LlamaIndex node dump
 # A Python repr standing in for an object (``<NodeWithScore(node=TextNode(...), score=0.3)>``,
 # ``Document(page_content=...)``, ``<generator object>``): an instrumentation's placeholder, never a passage.
 _REPR = re.compile(r"^<[\w .]+(\(.*\))?>$|^[A-Z]\w*\(\w+=", re.S)
@@ -57,6 +57,10 @@ def _from_object(item: Any) -> dict[str, Any] | None:
     score = None
     if isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float)):
         item, score = item
+    if isinstance(item, str) and item.lstrip().startswith("{"):
+        # OpenLLMetry's LlamaIndex instrumentation writes a retriever's nodes as a list of JSON strings, each a
+        # NodeWithScore dump ('{"node": {"id_", "text", ...}, "score": ...}'): the passage is the node's text
+        item = maybe_json(item)
     if isinstance(item, str):
         return None if is_repr(item) else {"content": item, "id": None, "score": score, "metadata": {}}
     if not isinstance(item, dict):

@@ -189,20 +189,25 @@ def _retrieved(ts: TraceSpans) -> list[dict[str, Any]]:
 def _fed_documents(ts: TraceSpans) -> tuple[SpanData | None, list[dict[str, Any]]]:
     """Documents a step returned that the answering generator was given: the latest non-generator span before it
     whose output is a document list with every passage in the generator's prompt (an OpenLLMetry ``@task`` that
-    retrieves, whatever it is named), and that span."""
+    retrieves, whatever it is named), and that span. Steps returning documents (objects with an id or a score)
+    come before steps returning bare strings: OpenLLMetry's LlamaIndex spans show both the retriever's nodes and,
+    later, the response synthesizer's ``TokenTextSplitter`` repacking the same passages into one text chunk."""
     if not ts.generators or not ts.generator_messages[-1].inputs:
         return None, []
     generator = ts.generators[-1]
     prompt = "\n".join(content for _, content in ts.generator_messages[-1].inputs)
     generated = {s.span_id for s in ts.generators}
+    fallback: tuple[SpanData | None, list[dict[str, Any]]] = (None, [])
     for s in reversed(ts.spans):
         if s.span_id in generated or s.start > generator.start:
             continue
         for key in _DOC_OUTPUT_KEYS:
             docs = [d for d in documents.documents_from_json(s.attrs.get(key)) if d["content"].strip()]
             if docs and all(d["content"] in prompt for d in docs):
-                return s, docs
-    return None, []
+                if any(d["id"] is not None or d["score"] is not None for d in docs):
+                    return s, docs
+                fallback = fallback if fallback[0] is not None else (s, docs)
+    return fallback
 
 
 def extract_contexts(ts: TraceSpans) -> list[Context]:
@@ -388,9 +393,12 @@ def is_request(ts: TraceSpans) -> bool:
     """Whether the trace is a request that deserves a record. It is when it generated, retrieved or reranked, is
     a ragtrace pipeline, failed, or its request span carries a question. A trace of recognised peer spans with
     none of these is work outside any request (LlamaIndex's splitting and embedding at index build, a
-    vector-store write) and makes no record; spans of no known convention keep making one."""
+    vector-store write) and makes no record, nor does a trace whose root is an embedding call (its nested steps
+    may carry the embedded text as if a question); spans of no known convention keep making one."""
     if ts.generators or ts.retrievers or ts.rerankers:
         return True
+    if ts.root is not None and roles.span_role(ts.root.attrs) == roles.EMBEDDING:
+        return False  # a trace that is one embedding call (OpenLLMetry's LlamaIndex ``<Model>.workflow``: indexing)
     if any(s.attrs.get(A.RAGTRACE_SPAN_ROLE) == roles.PIPELINE for s in ts.pipelines):
         return True
     if any(_error_of(s) for s in ts.spans):
@@ -420,13 +428,28 @@ def _retrieval_duration(ts: TraceSpans) -> float | None:
     return span.duration_seconds if span is not None else None
 
 
+def _request_duration(ts: TraceSpans, start: int | None, end: int | None) -> float | None:
+    """The request span's duration. When no span present encloses the request, it lasted at least as long as its
+    spans, first start to last end: the request span's parent never arrived (OpenLLMetry's LlamaIndex spans of a
+    streamed query: the workflow span waits for a stream-end event that never comes, is never ended nor exported),
+    or the trace has several roots (a retrieval and the call it fed, traced apart and joined by assembly)."""
+    request = ts.request
+    if request is None:
+        return None
+    duration = request.duration_seconds
+    orphan = bool(request.parent_id) and not ts.ancestors(request)
+    unenclosed = orphan or sum(1 for s in ts.spans if not ts.ancestors(s)) > 1
+    if unenclosed and start is not None and end is not None and end >= start:
+        return max(duration or 0.0, (end - start) / 1e9)
+    return duration
+
+
 def extract_timings(ts: TraceSpans) -> TimingFields:
     """Request and retrieval durations and the trace's time range, from span timestamps (every convention)."""
-    request = ts.request
     starts = [s.start for s in ts.spans if s.start]
     ends = [s.end for s in ts.spans if s.end]
     return {
-        "request_duration_seconds": request.duration_seconds if request is not None else None,
+        "request_duration_seconds": _request_duration(ts, min(starts, default=None), max(ends, default=None)),
         "retrieval_duration_seconds": _retrieval_duration(ts),
         "start_time_unix_nano": min(starts) if starts else None,
         "end_time_unix_nano": max(ends) if ends else None,

@@ -38,6 +38,7 @@ _GENAI_OPERATION = {
     "completion": GENERATOR,
     "retrieval": RETRIEVER,
     "retrieve": RETRIEVER,
+    "vector_db_retrieve": RETRIEVER,  # OpenLLMetry's LangChain retriever spans (GenAICustomOperationName)
     "embeddings": EMBEDDING,
     "embedding": EMBEDDING,
     "rerank": RERANKER,

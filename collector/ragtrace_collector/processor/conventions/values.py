@@ -6,8 +6,25 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-QUERY_KEYS = ("query", "question", "user_input", "input", "query_str", "q", "prompt", "message", "text")
-ANSWER_KEYS = ("answer", "response", "output", "result", "text", "content", "output_text", "generation")
+# Where a JSON input or output holds the text. Beside the usual names: OpenLLMetry's LangChain callback handler
+# writes a chain's ``traceloop.entity.input`` as ``{"inputs": ..., "tags", "metadata", "kwargs"}`` (a retriever's
+# as ``{"query": ...}``) and its output as ``{"outputs": ...}``; its LlamaIndex instrumentation writes a query
+# engine's and a retriever's bound arguments, ``{"str_or_query_bundle": ...}`` / ``{"query_bundle": {"query_str"}}``.
+QUERY_KEYS = (
+    "query",
+    "question",
+    "user_input",
+    "input",
+    "query_str",
+    "q",
+    "prompt",
+    "message",
+    "text",
+    "inputs",
+    "str_or_query_bundle",
+    "query_bundle",
+)
+ANSWER_KEYS = ("answer", "response", "output", "result", "text", "content", "output_text", "generation", "outputs")
 
 
 def first(attrs: Mapping[str, Any], keys: Iterable[str]) -> Any:
@@ -70,33 +87,31 @@ def text_of(value: Any, keys: tuple[str, ...]) -> str | None:
     if isinstance(value, (int, float, bool)):
         return str(value)
     if isinstance(value, dict):
-        if "kwargs" in value and isinstance(value["kwargs"], dict):  # traceloop {"args":..., "kwargs":...}
-            inner = text_of(value["kwargs"], keys)
-            if inner:
-                return inner
-            args = value.get("args")
-            if isinstance(args, list):
-                for arg in args:
-                    inner = text_of(arg, keys)
-                    if inner:
-                        return inner
-            return None
-        for key in keys:
-            if key in value:
-                inner = text_of(value[key], keys)
-                if inner:
-                    return inner
-        if "args" in value and isinstance(value["args"], list):
-            for arg in value["args"]:
-                inner = text_of(arg, keys)
-                if inner:
-                    return inner
-        return None
+        return _dict_text(value, keys)
     if isinstance(value, list):
         for item in value:
             inner = text_of(item, keys)
             if inner:
                 return inner
+    return None
+
+
+def _dict_text(value: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """A JSON object's text: under one of ``keys`` first (OpenLLMetry's LangChain ``{"query": ..., "kwargs":
+    {"name": ...}}`` holds the text beside the callback's keyword arguments), then an OpenLLMetry ``@task``'s call
+    arguments, ``{"args": [...], "kwargs": {...}}``: keyword arguments, then positional ones."""
+    for key in keys:
+        if key in value:
+            inner = text_of(value[key], keys)
+            if inner:
+                return inner
+    nested: list[Any] = [value["kwargs"]] if isinstance(value.get("kwargs"), dict) else []
+    if isinstance(value.get("args"), list):
+        nested.extend(value["args"])
+    for item in nested:
+        inner = text_of(item, keys)
+        if inner:
+            return inner
     return None
 
 
