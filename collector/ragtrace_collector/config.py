@@ -440,6 +440,12 @@ class ExplorerConfig(_Section):
     trace_links: dict[str, str] = Field(default_factory=dict)
     # Prometheus rules whose ragtrace:eval_score:threshold_table colours the score chips; None: the shipped rules
     rules_file: str | None = None
+    # Guessing the token (auth.bearer_token): a client address (an IPv6 /64) that sent this many wrong tokens
+    # (login form or API bearer header, counted together) within the window gets 429 with Retry-After until
+    # the oldest of them leaves the window; ragtrace_explorer_auth_attempts_total{via,status} counts them
+    max_failed_logins: int = Field(default=10, ge=1)
+    failed_login_window_seconds: float = Field(default=300.0, gt=0)
+    max_login_addresses: int = Field(default=10_000, ge=1)  # addresses tracked at once (least recent forgotten)
 
     @field_validator("trace_links")
     @classmethod

@@ -140,6 +140,31 @@ def test_thresholds_table():
     assert by_metric["hallucination"] == round(1 - by_metric["faithfulness"], 2)  # one condition, two names
 
 
+def test_quality_alert_texts_name_the_service_pipeline_and_judge():
+    """The on-call reads the summary first: it says which service, pipeline and judge (the alert's labels);
+    a command or link in an annotation that narrows to the pipeline narrows to the service too."""
+    for rule in alerts():
+        if not rule["alert"].startswith(("RagFaithfulness", "RagQuality")):
+            continue
+        summary = rule["annotations"]["summary"]
+        for label in ("service", "pipeline", "judge"):
+            assert f"$labels.{label} " in summary, f"{rule['alert']}: summary does not name the {label}"
+        for name, text in rule["annotations"].items():
+            if "--pipeline" in text:
+                assert "--service {{ $labels.service }}" in text, f"{rule['alert']} {name}: no --service"
+            if "var-pipeline" in text:
+                assert "var-service={{ $labels.service }}" in text, f"{rule['alert']} {name}: no var-service"
+
+
+def test_runbooks_narrow_to_the_service_where_they_narrow_to_the_pipeline():
+    for path in sorted((GRAFANA.parent / "docs" / "runbooks").glob("*.md")):
+        for line in path.read_text().splitlines():
+            if "--pipeline <pipeline>" in line:
+                assert "--service <service>" in line, f"{path.name}: {line.strip()}"
+            if "var-pipeline=<pipeline>" in line:
+                assert "var-service=<service>" in line, f"{path.name}: {line.strip()}"
+
+
 def test_every_alert_has_a_runbook_in_the_repo():
     for rule in alerts():
         url = rule["annotations"].get("runbook_url")

@@ -61,6 +61,7 @@ class Fed:
     token: str
     store: Path
     log: Path
+    otlp: str = ""  # http://127.0.0.1:<OTLP/HTTP port>
     traces: dict[str, str] = field(default_factory=dict)  # turn name -> trace id, in the order they were sent
     turns: dict[str, Turn] = field(default_factory=dict)
 
@@ -125,6 +126,23 @@ def send(endpoint: str, turns: list[Turn]) -> dict[str, str]:
 @contextmanager
 def fed_collector(workdir: Path) -> Iterator[Fed]:
     """Start the collector in ``workdir``, send :data:`TURNS`, wait until every record is stored; stop it after."""
+    with served_collector(workdir) as fed:
+        fed.traces = send(fed.otlp, TURNS)
+        fed.turns = {t.name: t for t in TURNS}
+        deadline = time.monotonic() + 60
+        while True:  # every record stored with every metric's outcome
+            body = fed.api("/api/v1/records", limit=100).json()
+            if body["total"] == len(TURNS) and all(len(r["scores"]) == len(METRICS) for r in body["records"]):
+                break
+            assert time.monotonic() < deadline, f"{body}\n" + fed.log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        yield fed
+
+
+@contextmanager
+def served_collector(workdir: Path, explorer: dict | None = None) -> Iterator[Fed]:
+    """Start the collector in ``workdir`` (``explorer`` settings over the tests' own), ready, nothing sent yet;
+    stop it after."""
     http_port, metrics_port = free_port(), free_port()
     config = {
         "data_dir": str(workdir / "data"),
@@ -132,7 +150,7 @@ def fed_collector(workdir: Path) -> Iterator[Fed]:
         "auth": {"bearer_token": TOKEN},
         "assembly": {"grace_seconds": 0.3, "sweep_interval_seconds": 0.05},
         "scoring": {"metrics": METRICS},
-        "explorer": {"page_size": PAGE_SIZE, "trace_links": {"Jaeger": JAEGER}},
+        "explorer": {"page_size": PAGE_SIZE, "trace_links": {"Jaeger": JAEGER}, **(explorer or {})},
     }
     (workdir / "collector.yaml").write_text(yaml.safe_dump(config))
     log = workdir / "collector.log"
@@ -148,7 +166,7 @@ def fed_collector(workdir: Path) -> Iterator[Fed]:
             start_new_session=True,
         )
     base = f"http://127.0.0.1:{metrics_port}"
-    fed = Fed(base, TOKEN, workdir / "data" / "results.sqlite", log)
+    fed = Fed(base, TOKEN, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}")
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -160,15 +178,6 @@ def fed_collector(workdir: Path) -> Iterator[Fed]:
                 pass
             assert time.monotonic() < deadline, "collector not ready:\n" + log.read_text(errors="replace")[-3000:]
             time.sleep(0.1)
-        fed.traces = send(f"http://127.0.0.1:{http_port}", TURNS)
-        fed.turns = {t.name: t for t in TURNS}
-        deadline = time.monotonic() + 60
-        while True:  # every record stored with every metric's outcome
-            body = fed.api("/api/v1/records", limit=100).json()
-            if body["total"] == len(TURNS) and all(len(r["scores"]) == len(METRICS) for r in body["records"]):
-                break
-            assert time.monotonic() < deadline, f"{body}\n" + log.read_text(errors="replace")[-3000:]
-            time.sleep(0.2)
         yield fed
     finally:
         proc.terminate()

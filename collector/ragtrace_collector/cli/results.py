@@ -2,14 +2,15 @@
 
     ragtrace-collector results --metric faithfulness --below 0.5 [--limit 20] [--json]
     ragtrace-collector results --metric hallucination --above 0.3
-    ragtrace-collector results --summary [--pipeline support] [--json]
+    ragtrace-collector results --summary [--pipeline support] [--service checkout] [--since 1h] [--json]
     ragtrace-collector results --metric faithfulness --since 1h --service checkout
     ragtrace-collector results --trace-id 4bf92f3577b34da6a3ce929d0e0e4736   (every metric of one trace)
 
 Reads the local results store (``export.results_path`` of the config, default
 ``<data_dir>/results.sqlite``; ``--store`` names the file directly). "Worst" follows the metric's
 direction: lowest first where higher is better, highest first where lower is better; the newest first
-among equal scores (a fresh incident shows before old records of the same score).
+among equal scores (a fresh incident shows before old records of the same score). ``--summary`` takes
+the same filters (--metric, --below, --above, --pipeline, --service, --since, --trace-id) as the listing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ MAX_TEXT = 160
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", help="metric name, e.g. faithfulness (required unless --summary or --trace-id)")
     parser.add_argument(
-        "--summary", action="store_true", help="per metric: counts by status, mean and sampling-weighted mean score"
+        "--summary",
+        action="store_true",
+        help="per metric: counts by status, mean and sampling-weighted mean score (of the results the filters keep)",
     )
     parser.add_argument("--below", type=float, default=None, help="only scores strictly below this")
     parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
@@ -158,7 +161,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 1
     if args.summary:
         try:
-            summary = store.summary(pipeline=args.pipeline)
+            summary = store.summary(
+                pipeline=args.pipeline,
+                metric=args.metric,
+                below=args.below,
+                above=args.above,
+                since=since,
+                service=args.service,
+                trace_id=args.trace_id,
+            )
         finally:
             store.close()
         if args.json:

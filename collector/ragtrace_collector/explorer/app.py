@@ -10,7 +10,10 @@ Routes (all GET, read-only, except the login form's POST):
   (documented in ``docs/explorer.md``);
 * ``/explorer/login`` — with ``auth.bearer_token`` set, a browser gives the token once and gets a cookie
   (HttpOnly, SameSite=Strict) holding an HMAC of it, never the token; API clients send
-  ``Authorization: Bearer <token>``.
+  ``Authorization: Bearer <token>``. Wrong tokens (the form's and the header's together) are limited per
+  client address (:mod:`.login_limit`, ``explorer.max_failed_logins`` per ``failed_login_window_seconds``):
+  past the limit 429 with ``Retry-After``; ``ragtrace_explorer_auth_attempts_total{via,status}`` counts
+  every token checked (via ``login`` or ``bearer``; status ``ok``, ``unauthenticated``, ``rate_limited``).
 
 Pages are Jinja2 templates with autoescaping on: every text from traced traffic (questions, answers,
 contexts, judge reasons) is escaped. No script runs on the pages (the CSP says so); every asset ships in
@@ -33,8 +36,10 @@ from typing import Any
 
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace_collector.config import ExplorerConfig
+from ragtrace_collector.explorer.login_limit import LoginLimiter
 from ragtrace_collector.explorer.query import OUTCOMES, SORTS, WINDOWS, BadQuery, kept_params, parse_query
 from ragtrace_collector.explorer.thresholds import Thresholds, load_thresholds
 from ragtrace_collector.explorer.views import (
@@ -51,6 +56,9 @@ log = logging.getLogger(__name__)
 
 API_PATH = "/api/v1/"
 COOKIE = "ragtrace_explorer"
+# label values of ragtrace_explorer_auth_attempts_total
+LOGIN, BEARER = "login", "bearer"
+OK, UNAUTHENTICATED, RATE_LIMITED = "ok", "unauthenticated", "rate_limited"
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
@@ -84,6 +92,7 @@ class Explorer:
         config: ExplorerConfig,
         bearer_token: str | None = None,
         thresholds: Thresholds | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.store_path = store_path
         self.config = config
@@ -95,6 +104,16 @@ class Explorer:
         )
         self._store: ResultsStore | None = None
         self._store_lock = threading.Lock()
+        self.limiter = LoginLimiter(
+            config.max_failed_logins, config.failed_login_window_seconds, config.max_login_addresses
+        )
+        self.auth_attempts = Counter(
+            "ragtrace_explorer_auth_attempts",
+            "Explorer tokens checked, by where they came from (login form, bearer header) and outcome (ok, "
+            "unauthenticated, rate_limited: the address sent explorer.max_failed_logins wrong ones in the window).",
+            ("via", "status"),
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
         self.env = Environment(
             loader=PackageLoader("ragtrace_collector.explorer", "templates"),
             autoescape=True,
@@ -138,25 +157,44 @@ class Explorer:
             return self._store
 
     # --- auth ---
-    def authorized(self, request: web.Request) -> bool:
-        """Without a configured token, everyone; else a matching bearer token or login cookie (constant time)."""
+    def authorized(self, request: web.Request) -> tuple[bool, int | None]:
+        """(allowed, seconds to wait): without a configured token, everyone; else a login cookie or a matching
+        bearer token (constant time).
+
+        A bearer token is a guess the limiter counts; from an address past its limit none is checked and the
+        seconds until it may try again come back. A request without a token makes no guess."""
         if self._token is None or self._cookie is None:
-            return True
+            return True, None
+        cookie = request.cookies.get(COOKIE, "")
+        if hmac.compare_digest(cookie.encode("utf-8", "replace"), self._cookie.encode()):
+            return True, None
         header = request.headers.get("Authorization", "")
+        if not header.strip():
+            return False, None
+        wait = self.limiter.retry_after(request.remote)
+        if wait is not None:
+            self.auth_attempts.labels(BEARER, RATE_LIMITED).inc()
+            return False, wait
         scheme, _, credentials = header.strip().partition(" ")
         try:
             given = credentials.strip().encode()
         except UnicodeEncodeError:
             given = b""
-        if scheme.lower() == "bearer" and hmac.compare_digest(given, self._token):
-            return True
-        cookie = request.cookies.get(COOKIE, "")
-        return hmac.compare_digest(cookie.encode("utf-8", "replace"), self._cookie.encode())
+        if hmac.compare_digest(given, self._token) & (scheme.lower() == "bearer"):
+            self.auth_attempts.labels(BEARER, OK).inc()
+            self.limiter.succeeded(request.remote)
+            return True, None
+        self.auth_attempts.labels(BEARER, UNAUTHENTICATED).inc()
+        self.limiter.failed(request.remote)
+        return False, None
 
     def _guard(self, handler: Handler, api: bool = False) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
-            if self.authorized(request):
+            allowed, wait = self.authorized(request)
+            if allowed:
                 return await handler(request)
+            if wait is not None:  # too many wrong tokens from this address
+                return _too_many(wait)
             if api:
                 return _json(
                     {"error": "unauthorized: send Authorization: Bearer <token>"},
@@ -171,7 +209,8 @@ class Explorer:
     async def login_form(self, request: web.Request) -> web.StreamResponse:
         if self._token is None:
             raise web.HTTPSeeOther(EXPLORER_PATH)
-        return self._html("login.html", {"next": _safe_next(request.query.get("next")), "failed": False})
+        context = {"next": _safe_next(request.query.get("next")), "failed": False, "retry_after": None}
+        return self._html("login.html", context)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         if self._token is None or self._cookie is None:
@@ -179,8 +218,18 @@ class Explorer:
         form = await request.post()
         token = str(form.get("token", ""))
         target = _safe_next(str(form.get("next", "")))
+        wait = self.limiter.retry_after(request.remote)
+        if wait is not None:  # checked before the token: a hit must look like a miss while limited
+            self.auth_attempts.labels(LOGIN, RATE_LIMITED).inc()
+            response = self._html("login.html", {"next": target, "failed": False, "retry_after": wait}, status=429)
+            response.headers["Retry-After"] = str(wait)
+            return response
         if not hmac.compare_digest(token.encode("utf-8", "replace"), self._token):
-            return self._html("login.html", {"next": target, "failed": True}, status=401)
+            self.auth_attempts.labels(LOGIN, UNAUTHENTICATED).inc()
+            self.limiter.failed(request.remote)
+            return self._html("login.html", {"next": target, "failed": True, "retry_after": None}, status=401)
+        self.auth_attempts.labels(LOGIN, OK).inc()
+        self.limiter.succeeded(request.remote)
         response = web.HTTPSeeOther(target)
         response.set_cookie(COOKIE, self._cookie, httponly=True, samesite="Strict", path="/")
         raise response
@@ -333,6 +382,14 @@ def _safe_next(target: str | None) -> str:
     if target and target.startswith(EXPLORER_PATH) and "\\" not in target and "//" not in target:
         return target
     return EXPLORER_PATH
+
+
+def _too_many(retry_after: int) -> web.Response:
+    return _json(
+        {"error": f"too many wrong tokens from this address: try again in {retry_after} s"},
+        status=429,
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -354,21 +354,10 @@ class ResultsStore:
         """Scored rows of ``metric``, worst first (lowest score, or highest where lower is better), the newest
         first among equal scores; filtered to ``score < below`` and/or ``score > above``, stored at or after
         ``since`` (unix seconds), of ``service`` and of ``trace_id``."""
-        clauses = ["metric = ?", "status = 'scored'"]
-        params: list[Any] = [metric]
-        if below is not None:
-            clauses.append("score < ?")
-            params.append(float(below))
-        if above is not None:
-            clauses.append("score > ?")
-            params.append(float(above))
-        for column, value in (("pipeline", pipeline), ("service", service), ("trace_id", trace_id)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if since is not None:
-            clauses.append("scored_at >= ?")
-            params.append(float(since))
+        clauses, params = _result_filter(
+            metric=metric, below=below, above=above, pipeline=pipeline, since=since, service=service, trace_id=trace_id
+        )
+        clauses.append("status = 'scored'")
         # "worst" follows each row's direction: ascending score when higher is better; then the newest
         order = "CASE WHEN higher_is_better = 1 THEN score ELSE -score END ASC, scored_at DESC, record_key"
         sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"
@@ -377,10 +366,27 @@ class ResultsStore:
             rows = self._db.execute(sql, params).fetchall()
         return [_row(r) for r in rows]
 
-    def summary(self, pipeline: str | None = None) -> list[dict[str, Any]]:
+    def summary(
+        self,
+        pipeline: str | None = None,
+        *,
+        metric: str | None = None,
+        below: float | None = None,
+        above: float | None = None,
+        since: float | None = None,
+        service: str | None = None,
+        trace_id: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Per metric: results by status, mean score, and the sampling-weighted mean score (each
-        record weighs 1 / its sampling probability, so it estimates the mean over all traffic)."""
-        where, params = _where(pipeline=pipeline)
+        record weighs 1 / its sampling probability, so it estimates the mean over all traffic).
+
+        Filtered as :meth:`worst` filters: ``below``/``above`` keep only scores strictly past them (so no
+        skipped or failed result), ``since`` the results stored at or after it (unix seconds)."""
+        clauses, filter_params = _result_filter(
+            metric=metric, below=below, above=above, pipeline=pipeline, since=since, service=service, trace_id=trace_id
+        )
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        params = tuple(filter_params)
         sql = (
             "SELECT metric, "
             "SUM(status = 'scored'), SUM(status = 'skipped'), SUM(status = 'error'), "
@@ -582,6 +588,34 @@ class ResultsStore:
             if not self._closed:
                 self._closed = True
                 self._db.close()
+
+
+def _result_filter(
+    metric: str | None = None,
+    below: float | None = None,
+    above: float | None = None,
+    pipeline: str | None = None,
+    since: float | None = None,
+    service: str | None = None,
+    trace_id: str | None = None,
+) -> tuple[list[str], list[Any]]:
+    """The conditions (over ``results``) of ``results``' filters, one place for the listing and the summary."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (("metric", metric), ("pipeline", pipeline), ("service", service), ("trace_id", trace_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if below is not None:
+        clauses.append("score < ?")
+        params.append(float(below))
+    if above is not None:
+        clauses.append("score > ?")
+        params.append(float(above))
+    if since is not None:
+        clauses.append("scored_at >= ?")
+        params.append(float(since))
+    return clauses, params
 
 
 def _where(**filters: Any) -> tuple[str, tuple[Any, ...]]:

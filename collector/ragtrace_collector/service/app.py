@@ -191,7 +191,9 @@ class CollectorApp:
         app.router.add_get("/healthz", handle_health)
         app.router.add_get("/readyz", handle_ready)
         if self.config.explorer.enabled:
-            self.explorer = Explorer(self.config.results_path, self.config.explorer, self.config.auth.bearer_token)
+            self.explorer = Explorer(
+                self.config.results_path, self.config.explorer, self.config.auth.bearer_token, registry=self.registry
+            )
             self.explorer.add_routes(app)
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._metrics_runner.setup()

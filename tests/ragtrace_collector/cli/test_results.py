@@ -171,3 +171,37 @@ def test_trace_id_alone_shows_every_metric_of_the_trace(tmp_path, capsys):
     assert "reason:   missing input: reference" in text and f"{1:032x}" not in text
     assert results_cmd.run(parse(["--metric", "faithfulness", "--since", "soon", "--store", str(path)])) == 2
     assert "--since" in capsys.readouterr().err
+
+
+def test_summary_honours_the_listing_filters(tmp_path):
+    """``--summary`` counts only the results the plain listing would consider: --since, --service,
+    --pipeline, --trace-id, --metric, --below/--above narrow it the same way."""
+    path = tmp_path / "r.sqlite"
+    fill_services(path)
+
+    def summary(*argv: str) -> dict[str, tuple[int, int]]:
+        out = io.StringIO()
+        assert results_cmd.run(parse(["--summary", "--json", "--store", str(path), *argv]), out) == 0
+        rows = map(json.loads, out.getvalue().splitlines())
+        return {r["metric"]: (r["scored"], r["skipped"]) for r in rows}
+
+    assert summary() == {"context_recall": (0, 3), "faithfulness": (3, 0)}
+    assert summary("--since", "1h") == {"context_recall": (0, 2), "faithfulness": (2, 0)}
+    assert summary("--service", "api") == {"context_recall": (0, 1), "faithfulness": (1, 0)}
+    assert summary("--since", "1h", "--service", "web") == {"context_recall": (0, 1), "faithfulness": (1, 0)}
+    assert summary("--trace-id", f"{1:032x}") == {"context_recall": (0, 1), "faithfulness": (1, 0)}
+    assert summary("--metric", "faithfulness", "--service", "web") == {"faithfulness": (2, 0)}
+    assert summary("--below", "0.4") == {}  # only scores strictly below, as the listing: none here
+    assert summary("--above", "0.4", "--since", "1h") == {"faithfulness": (2, 0)}
+    assert summary("--service", "nobody") == {}
+    assert summary("--pipeline", "qa") == {}  # fill_services stores no pipeline
+    table = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--since", "1h", "--service", "web", "--store", str(path)]), table) == 0
+    assert "faithfulness" in table.getvalue()
+
+
+def test_summary_rejects_a_bad_since(tmp_path, capsys):
+    path = tmp_path / "r.sqlite"
+    fill_services(path)
+    assert results_cmd.run(parse(["--summary", "--since", "soon", "--store", str(path)])) == 2
+    assert "--since" in capsys.readouterr().err
