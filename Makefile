@@ -52,5 +52,6 @@ bench: install
 	$(PY) bench/sdk_overhead.py
 	$(PY) bench/collector_ingest.py
 	$(PY) bench/judge_cost.py --rows 50
+	$(PY) bench/judge_cost.py --families --rows 50
 	$(PY) bench/scale_out.py
 	$(PY) scripts/eval_local_judge.py

@@ -10,6 +10,18 @@ type of both tools with plausible JSON built by the same rules (claims = the ans
 sentences, verdicts by word overlap with the contexts, one-line reasons), and counts calls and
 tokens for both the same way (tokens = ceil(characters / 4) of prompts and of replies).
 
+``--families`` instead measures each metric family of issue 15 on its own, on the same rows: judge calls,
+tokens (chat, text completions and embeddings, as the server counted them) and wall time per record. The
+model-based families (nli, gptscore, selfcheckgpt, prometheus, summarization, prompt_alignment, helpfulness,
+toxicity, bias, task_completion) run through the LLM judge against the scripted server, whose plausible replies
+follow the same rules (NLI and question answers by word overlap; SelfCheckGPT's samples and GPTScore's echoed
+log-probabilities scripted); the judge-free ones (meteor, bertscore, moverscore, tool_correctness) run offline
+beside the local judge, on this machine's CPU. RAGTruth rows have no reference, prompt or tools, so each row gets
+its first retrieved passage as the reference, a recorded generator prompt (system + user) and one expected and one
+called tool; summarization summarises the retrieved contexts::
+
+    python3 bench/judge_cost.py --families [--rows 20]
+
 Ragas is not a dependency of ragtrace: it lives in its own venv (it would downgrade ``rich``
 and pull langchain) and runs in a subprocess of this script (``--ragas-worker`` mode)::
 
@@ -89,6 +101,8 @@ def ragtrace_reply(prompt: str) -> dict[str, Any] | None:
         return {
             "questions": [{"question": f"What does this say: {first[:80]}?", "noncommittal": False} for _ in range(n)]
         }
+    if task in FAMILY_REPLIES:
+        return FAMILY_REPLIES[task](prompt, question, contexts)
     if task == "chunk_relevance":
         target = (_tag_blocks(prompt, "target") or [""])[0]
         return {
@@ -97,6 +111,102 @@ def ragtrace_reply(prompt: str) -> dict[str, Any] | None:
             ]
         }
     return {}
+
+
+# --- plausible replies for the issue-15 families (same rules: word overlap, first sentences) -------------------
+
+OPINION_WORDS = ("best", "should", "recommend", "good", "bad", "better", "worst", "great", "important")
+
+
+def _nli(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+    premise = (_tag_blocks(prompt, "premise") or [""])[0]
+    return {
+        "verdicts": [
+            {"id": i, "label": "entailment" if supported(h, premise) else "neutral", "reason": REASON}
+            for i, h in enumerate(_tag_blocks(prompt, "hypothesis"), 1)
+        ]
+    }
+
+
+def _assessment_questions(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+    m = re.search(r"Write (\d+) closed questions", prompt)
+    n = int(m.group(1)) if m else 5
+    source = sentences((_tag_blocks(prompt, "source") or [""])[0]) or ["the source"]
+    return {"questions": [f"Does it say that {s[:100].rstrip('.')}?" for s in source[:n]]}
+
+
+def _answer_questions(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+    data = (_tag_blocks(prompt, "data") or [""])[0]
+    return {
+        "verdicts": [
+            {"id": i, "verdict": "yes" if supported(q, data) else "idk", "reason": REASON}
+            for i, q in enumerate(_tag_blocks(prompt, "question"), 1)
+        ]
+    }
+
+
+def _per_context(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+    return {
+        "claims": [
+            {"id": i, "supported_by": [j for j, c in enumerate(contexts, 1) if supported(claim, c)]}
+            for i, claim in enumerate(_tag_blocks(prompt, "claim"), 1)
+        ]
+    }
+
+
+def _yes_each(tag: str, verdict: str) -> Any:
+    def reply(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+        return {
+            "verdicts": [
+                {"id": i, "verdict": verdict, "reason": REASON} for i, _ in enumerate(_tag_blocks(prompt, tag), 1)
+            ]
+        }
+
+    return reply
+
+
+def _infer_task(prompt: str, question: str, contexts: list[str]) -> dict[str, Any]:
+    steps = dict(re.findall(r'<step id="\d+" kind="([^"]+)">\n(.*?)\n</step>', prompt, re.S))
+    return {
+        "task": f"Answer: {steps.get('user_input', 'the question')[:120]}",
+        "outcome": f"It answered: {(sentences(steps.get('response', '')) or ['nothing'])[0][:160]}",
+    }
+
+
+FAMILY_REPLIES: dict[str, Any] = {
+    "nli": _nli,
+    "assessment_questions": _assessment_questions,
+    "answer_questions": _answer_questions,
+    "verify_claims_per_context": _per_context,
+    "extract_instructions": lambda p, q, c: {
+        "instructions": sentences((_tag_blocks(p, "prompt") or [""])[0]) or ["Answer the question."]
+    },
+    "instructions_followed": _yes_each("instruction", "yes"),
+    "extract_opinions": lambda p, q, c: {
+        "opinions": [
+            s for s in sentences((_tag_blocks(p, "response") or [""])[0]) if any(w in s.lower() for w in OPINION_WORDS)
+        ]
+    },
+    "opinion_verdicts": _yes_each("opinion", "no"),
+    "infer_task": _infer_task,
+    "task_completion": lambda p, q, c: {"score": 0.8, "reason": REASON},
+    "geval_score": lambda p, q, c: {"score": 4, "reason": REASON},
+}
+
+
+def untasked_reply(body: dict[str, Any], prompt: str) -> Any:
+    """Requests that name no TASK: GPTScore's echo (log-probabilities for every token), Prometheus's published
+    format, or the generator re-sampled for SelfCheckGPT (its first retrieved-looking sentence plus the question)."""
+    from tests.support.scripted_openai import Reply, echo_tokens
+
+    if body.get("echo"):
+        text = body.get("prompt") or ""
+        text = text[0] if isinstance(text, list) else str(text)
+        return Reply(text_logprobs=[-0.05 - (len(t) % 7) * 0.4 for t in echo_tokens(text)])
+    if "###Task Description:" in prompt:
+        return "Feedback: The response answers the instruction with minor omissions. [RESULT] 4"
+    user = [m.get("content") or "" for m in body.get("messages") or [] if m.get("role") == "user"]
+    return f"Here is what I know about {(user or ['it'])[-1][:100]}. It is covered in the passages."
 
 
 def _ragas_input(prompt: str) -> dict[str, Any]:
@@ -141,6 +251,14 @@ def plausible_reply(body: dict[str, Any]) -> Any:
         if reply is not None:
             return reply
     return {}
+
+
+def families_reply(body: dict[str, Any]) -> Any:
+    """``--families``: the same rule book, and the requests of the issue-15 families that name no TASK."""
+    prompt = "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
+    if body.get("echo") or not re.search(r"^TASK: \w+", prompt, re.M):
+        return untasked_reply(body, prompt)
+    return plausible_reply(body)
 
 
 # --- the two sides ------------------------------------------------------------------------------
@@ -250,6 +368,137 @@ def tally(server: Any, start: int) -> dict[str, int]:
     }
 
 
+# --- --families: each issue-15 family on its own ------------------------------------------------------------
+
+FAMILIES_LLM = (
+    "nli",
+    "gptscore",
+    "selfcheckgpt",
+    "prometheus",
+    "summarization",
+    "prompt_alignment",
+    "helpfulness",
+    "toxicity",
+    "bias",
+    "task_completion",
+)
+FAMILIES_OFFLINE = ("meteor", "bertscore", "moverscore", "tool_correctness")
+SYSTEM_PROMPT = (
+    "Answer the question using only the passages. Keep the answer under 150 words. Do not invent facts. "
+    "Write in a neutral tone."
+)
+
+
+def family_record(row: dict[str, Any]) -> Any:
+    """A RAGTruth row with what the families read and RAGTruth lacks (see the module docstring)."""
+    from ragtrace_collector.model.record import RagRecord
+
+    return RagRecord.model_validate(
+        {
+            **row,
+            "reference": row["retrieved_contexts"][0],
+            "model": "openai/generator",
+            "prompt_messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": row["user_input"]},
+            ],
+            "tools_called": [{"name": "search", "args": {"q": row["user_input"]}}],
+            "reference_tool_calls": [{"name": "search"}, {"name": "rerank"}],
+        }
+    )
+
+
+def tally_all(server: Any, start: int) -> dict[str, int]:
+    """What the server saw from ``start`` on: chat, text-completion and embedding calls, and their tokens."""
+    reqs = [r for r in server.requests[start:] if r.status == 200]
+    chat = [r for r in reqs if r.path.endswith("/chat/completions")]
+    text = [r for r in reqs if r.path.endswith("/completions") and "/chat/" not in r.path]
+    emb = [r for r in reqs if r.path.endswith("/embeddings")]
+    return {
+        "calls": len(chat) + len(text),
+        "embedding_calls": len(emb),
+        "prompt_tokens": sum(r.prompt_tokens for r in chat + text),
+        "completion_tokens": sum(r.completion_tokens for r in chat + text),
+        "embedding_tokens": sum(r.prompt_tokens for r in emb),
+    }
+
+
+async def score_family(metric: str, records: list[Any], judge: Any, options: Any, concurrency: int) -> dict[str, Any]:
+    from ragtrace_collector.model.result import JudgeUsage
+    from ragtrace_collector.scoring.engine import evaluate_record
+
+    sem = asyncio.Semaphore(concurrency)
+    usage = JudgeUsage()
+    statuses: dict[str, int] = {}
+    reasons: set[str] = set()
+
+    async def one(record: Any) -> None:
+        async with sem:
+            [r] = await evaluate_record(record, [metric], judge, options)
+        usage.add(r.usage)
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+        if r.status != "scored":
+            reasons.add(str(r.reason)[:120])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(r) for r in records))
+    return {"seconds": time.perf_counter() - t0, "usage": usage, "statuses": statuses, "reasons": sorted(reasons)}
+
+
+async def run_families(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    from ragtrace_collector.scoring.engine import evaluate_record
+    from ragtrace_collector.scoring.judges.llm import LLMJudge
+    from ragtrace_collector.scoring.judges.local import LocalJudge
+    from ragtrace_collector.scoring.options import ScoringOptions
+    from tests.support.scripted_openai import ScriptedOpenAI
+
+    records = [family_record(r) for r in rows]
+    options = ScoringOptions(
+        gptscore={"model": "openai/scorer"},  # type: ignore[arg-type]
+        summarization={"source": "retrieved_contexts"},  # type: ignore[arg-type]
+    )
+    out = []
+    with ScriptedOpenAI(responder=families_reply) as server:
+        for metric in FAMILIES_LLM:  # a fresh judge each: no reply cached from another family
+            judge = LLMJudge("openai/judge", base_url=server.base_url, api_key="bench", concurrency=concurrency)
+            mark = len(server.requests)
+            try:
+                res = await score_family(metric, records, judge, options, concurrency)
+            finally:
+                await judge.aclose()
+            out.append({"metric": metric, "judge": "LLM (scripted server)", **res, "server": tally_all(server, mark)})
+    local = LocalJudge()
+    try:
+        for metric in FAMILIES_OFFLINE:
+            await evaluate_record(records[0], [metric], local, options)  # loads WordNet / the ONNX model, untimed
+            res = await score_family(metric, records, local, options, concurrency)
+            out.append({"metric": metric, "judge": "none (offline, local CPU)", **res, "server": None})
+    finally:
+        await local.aclose()
+    return out
+
+
+def print_families(results: list[dict[str, Any]], n: int, concurrency: int) -> None:
+    print(
+        f"judge cost per record by family (issue 15), {n} RAGTruth-QA rows, concurrency {concurrency}; "
+        "LLM families against the scripted server (tokens = ceil(chars/4)), judge-free ones on this CPU"
+    )
+    header = f"{'metric':18}{'scored':>8}{'calls':>8}{'prompt tok':>12}{'compl. tok':>12}{'emb. calls':>12}{'ms':>9}"
+    print(header + "   (all per record; ms = wall time / records)")
+    print("-" * len(header))
+    for r in results:
+        t = r["server"] or {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "embedding_calls": 0}
+        scored = f"{r['statuses'].get('scored', 0)}/{n}"
+        print(
+            f"{r['metric']:18}{scored:>8}{t['calls'] / n:>8.1f}{t['prompt_tokens'] / n:>12.0f}"
+            f"{t['completion_tokens'] / n:>12.0f}{t['embedding_calls'] / n:>12.1f}{1000 * r['seconds'] / n:>9.1f}"
+        )
+        if r["server"] and r["usage"].calls != t["calls"]:
+            print(f"{'':18}(self-reported {r['usage'].calls} calls, server {t['calls']})")
+        for reason in r["reasons"]:
+            print(f"{'':18}not scored: {reason}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50)
@@ -261,6 +510,9 @@ def main() -> int:
         help="ragtrace's answer_relevancy variant (default: the judge's, statements for an LLM)",
     )
     parser.add_argument("--ragas-python", default=os.environ.get("RAGAS_PYTHON", "/tmp/ragas-venv/bin/python"))
+    parser.add_argument(
+        "--families", action="store_true", help="each issue-15 metric family on its own instead (no Ragas side)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -271,6 +523,9 @@ def main() -> int:
         return 2
     rows = load_rows(args.rows)
     n = len(rows)
+    if args.families:
+        print_families(asyncio.run(run_families(rows, args.concurrency)), n, args.concurrency)
+        return 0
     with ScriptedOpenAI(responder=plausible_reply) as server:
         t0 = time.perf_counter()
         ours = asyncio.run(run_ragtrace(rows, server.base_url, args.concurrency, args.answer_relevancy_variant))

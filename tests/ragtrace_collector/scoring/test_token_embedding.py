@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import string
 
 import numpy as np
 import pytest
@@ -97,3 +98,76 @@ async def test_token_states_pool_to_the_sentence_embedding() -> None:
         1, abs=1e-5
     )
     assert e.token_states(["word " * 400])[0].truncated
+
+
+# --- against the reference implementations' arithmetic ------------------------------------------------------------
+# Neither bert_score nor moverscore installs here (both need torch; moverscore also pyemd and a GPU by default), so
+# their scoring steps are restated below in plain numpy, step by step as the reference code does them (padded
+# masks and an IDF dict for bert_score's ``greedy_cos_idf``; one joint token space, zero-mass padding and a
+# generic LP solver for moverscore_v2's ``word_mover_score``), and the metrics' functions must agree with them.
+
+PAIRS = [
+    ("The cat sat on the mat.", "A cat was sitting on the rug."),
+    ("Einstein was born in Ulm, Germany, in 1879.", "Albert Einstein was born on 14 March 1879 in Ulm."),
+    ("Paris is the capital of France.", "Stock prices fell sharply on Monday!"),
+]
+
+
+def reference_bertscore(hyp_tokens, hyp_vectors, ref_tokens, ref_vectors) -> tuple[float, float, float]:
+    """bert_score's greedy_cos_idf for one pair, idf=False: IDF 1 for every token but [CLS]/[SEP] (0), the weights
+    divided by their sum, similarities masked, P over the candidate's rows, R over the reference's columns."""
+    idf = {"[CLS]": 0.0, "[SEP]": 0.0}
+    hyp = hyp_vectors / np.linalg.norm(hyp_vectors, axis=-1, keepdims=True)
+    ref = ref_vectors / np.linalg.norm(ref_vectors, axis=-1, keepdims=True)
+    sim = (hyp @ ref.T) * np.outer(np.ones(len(hyp)), np.ones(len(ref)))
+    hyp_idf = np.array([idf.get(t, 1.0) for t in hyp_tokens])
+    ref_idf = np.array([idf.get(t, 1.0) for t in ref_tokens])
+    p = float((sim.max(axis=1) * hyp_idf / hyp_idf.sum()).sum())
+    r = float((sim.max(axis=0) * ref_idf / ref_idf.sum()).sum())
+    return p, r, 2 * p * r / (p + r)
+
+
+def reference_moverscore(ref_tokens, ref_vectors, hyp_tokens, hyp_vectors) -> float:
+    """moverscore_v2's word_mover_score for one pair with sentence_score's uniform IDF: ``##`` pieces and
+    punctuation zeroed (vector and weight), both texts in one joint space, unit-normalised, all pairwise L2
+    distances, c1 = the reference's masses then zeros, c2 = zeros then the candidate's, EMD over the joint space
+    (here scipy's LP solver instead of pyemd), score = 1 − Σ flow · distance."""
+    from scipy.optimize import linprog
+
+    masked = lambda t: "##" in t or t in set(string.punctuation)  # noqa: E731
+    ref = np.array([np.zeros_like(v) if masked(t) else v for t, v in zip(ref_tokens, ref_vectors)])
+    hyp = np.array([np.zeros_like(v) if masked(t) else v for t, v in zip(hyp_tokens, hyp_vectors)])
+    raw = np.concatenate([ref, hyp])
+    raw = raw / (np.linalg.norm(raw, axis=-1, keepdims=True) + 1e-30)
+    dist = np.sqrt(np.clip(((raw[:, None, :] - raw[None, :, :]) ** 2).sum(-1), 1e-30, None))
+    n = len(raw)
+    c1 = np.zeros(n)
+    c2 = np.zeros(n)
+    c1[: len(ref)] = [0.0 if masked(t) else 1.0 for t in ref_tokens]
+    c2[len(ref) :] = [0.0 if masked(t) else 1.0 for t in hyp_tokens]
+    c1, c2 = c1 / c1.sum(), c2 / c2.sum()
+    rows = np.kron(np.eye(n), np.ones(n))  # Σ_j F_ij = c1_i
+    cols = np.kron(np.ones(n), np.eye(n))  # Σ_i F_ij = c2_j
+    lp = linprog(dist.ravel(), A_eq=np.vstack([rows, cols]), b_eq=np.concatenate([c1, c2]), bounds=(0, None))
+    assert lp.status == 0, lp.message
+    return float(1.0 - lp.fun)
+
+
+@pytest.mark.parametrize("hyp_text, ref_text", PAIRS)
+def test_bertscore_agrees_with_bert_score_arithmetic(hyp_text: str, ref_text: str) -> None:
+    from ragtrace_collector.scoring.embeddings import LocalEmbedder
+
+    hyp, ref = LocalEmbedder.shared().token_states([hyp_text, ref_text])
+    ours = bertscore(hyp.tokens, hyp.vectors, ref.tokens, ref.vectors)
+    assert ours == pytest.approx(reference_bertscore(hyp.tokens, hyp.vectors, ref.tokens, ref.vectors), abs=1e-6)
+
+
+@pytest.mark.parametrize("hyp_text, ref_text", PAIRS)
+def test_moverscore_agrees_with_moverscore_v2_arithmetic(hyp_text: str, ref_text: str) -> None:
+    from ragtrace_collector.scoring.embeddings import LocalEmbedder
+
+    hyp, ref = LocalEmbedder.shared().token_states([hyp_text, ref_text])
+    ours = moverscore(
+        ref.vectors, moverscore_weights(ref.tokens, None), hyp.vectors, moverscore_weights(hyp.tokens, None)
+    )
+    assert ours == pytest.approx(reference_moverscore(ref.tokens, ref.vectors, hyp.tokens, hyp.vectors), abs=1e-6)

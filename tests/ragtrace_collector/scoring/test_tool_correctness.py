@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 
 import pytest
 
@@ -67,6 +69,49 @@ async def test_metric_options_and_skips() -> None:
     assert r.status == "skipped" and r.reason == "missing input: reference_tool_calls"
     [r] = await evaluate_record(RagRecord(reference_tool_calls=[]), ["tool_correctness"], None)  # type: ignore[arg-type]
     assert r.status == "skipped" and r.reason == "missing input: tools_called"
+
+
+def _brute_force_matched(called: list[ToolCall], expected: list[ToolCall], arguments: bool, ordering: bool) -> int:
+    """The definition by enumeration: unordered, the most expected calls that distinct calls can each match (every
+    injective assignment of calls to expected calls tried); ordered, the longest sequence of pairs (call i, expected
+    j) matching, increasing in both i and j (every subsequence of the calls tried against every one of the
+    expected calls of the same length)."""
+
+    def match(c: ToolCall, e: ToolCall) -> bool:
+        return c.name == e.name and (not arguments or all(k in c.args and c.args[k] == v for k, v in e.args.items()))
+
+    if ordering:
+        for k in range(min(len(called), len(expected)), 0, -1):
+            for ci in itertools.combinations(range(len(called)), k):
+                for ej in itertools.combinations(range(len(expected)), k):
+                    if all(match(called[i], expected[j]) for i, j in zip(ci, ej)):
+                        return k
+        return 0
+    for k in range(min(len(called), len(expected)), 0, -1):
+        for ej in itertools.combinations(range(len(expected)), k):
+            for ci in itertools.permutations(range(len(called)), k):
+                if all(match(called[i], expected[j]) for i, j in zip(ci, ej)):
+                    return k
+    return 0
+
+
+def test_agrees_with_the_definition_by_enumeration() -> None:
+    """The matching (augmenting paths) and the LCS (dynamic programming) against brute force on 600 random cases,
+    with repeated tools and argument clashes; the score is matched / |expected|, exact match 1 only when every
+    call and every expected call are matched (in order with ordering)."""
+    rng = random.Random(15)
+    pool = [{"name": n, "args": a} for n in ("a", "b", "c") for a in ({}, {"x": 1}, {"x": 2})]
+    for _ in range(600):
+        called = calls(*rng.choices(pool, k=rng.randint(0, 5)))
+        expected = calls(*rng.choices(pool, k=rng.randint(1, 4)))
+        for arguments, ordering in itertools.product((False, True), repeat=2):
+            n = _brute_force_matched(called, expected, arguments, ordering)
+            opts = {"ordering": ordering, "arguments": arguments}
+            score, details = tool_correctness(called, expected, exact=False, **opts)
+            assert details["matched"] == n, (called, expected, opts)
+            assert score == pytest.approx(n / len(expected))
+            exact, _ = tool_correctness(called, expected, exact=True, **opts)
+            assert exact == float(n == len(expected) == len(called)), (called, expected, opts)
 
 
 def test_bad_arguments_are_refused() -> None:
