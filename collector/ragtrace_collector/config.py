@@ -246,9 +246,10 @@ class LocalJudgeConfig(_Section):
 
     main_key: ClassVar[str | None] = "model"
 
-    # features: the gradient-boosted feature model alone; cascade: it decides the clear claims and the int8 ONNX
-    # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing)
-    model: Literal["features", "cascade"] = "features"
+    # cascade (default): the gradient-boosted feature model decides the clear claims and the shipped int8 ONNX
+    # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing or do not
+    # load); features: the feature model alone (fastest, least memory). Figures: docs/local-judge-cross-encoder.md
+    model: Literal["features", "cascade"] = "cascade"
 
 
 class GEvalConfig(_Section):

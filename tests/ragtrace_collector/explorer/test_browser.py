@@ -89,17 +89,20 @@ def background(element: Any) -> str:
 
 
 def follow(browser: Any, element: Any) -> None:
-    """Click something that loads a page, and wait for the new page."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    """Click something that loads a page, and wait for the new page to finish loading.
+
+    The old page is marked in its window object; the new page has a fresh one. Asking a document in transition
+    anything can fail ("Node ... does not belong to the document"), so such errors mean "not yet"."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = browser.find_element(By.TAG_NAME, "html")
+    browser.execute_script("window.__ragtraceLeaving = true")
     element.click()
-    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(old))
-    # the old page is gone; wait until the new one has finished loading before anything looks it up (reading a
-    # document still in transition fails with "Node ... does not belong to the document")
-    WebDriverWait(browser, 10).until(lambda b: b.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 10, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script(
+            "return window.__ragtraceLeaving === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def rows(browser: Any) -> list[Any]:

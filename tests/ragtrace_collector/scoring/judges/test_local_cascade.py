@@ -18,6 +18,7 @@ from ragtrace_collector.scoring.judges.local.cross_encoder import (
     CrossEncoderError,
     choose_windows,
     first_segment,
+    lexical_similarities,
 )
 from ragtrace_collector.service.scoring import judge_from_config
 
@@ -62,13 +63,14 @@ class FakeEncoder:
 
 
 # configuration ------------------------------------------------------------------------------
-def test_local_judge_model_defaults_to_features_and_validates(tmp_path: Path) -> None:
-    assert load_config(environ={}).local_judge.model == "features"
+def test_local_judge_model_defaults_to_the_cascade_and_validates(tmp_path: Path) -> None:
+    assert load_config(environ={}).local_judge.model == "cascade"
+    assert LocalJudge().model_name == "cascade" or not CASCADE_PARAMS_PATH.is_file()
     path = tmp_path / "c.yaml"
-    path.write_text("local_judge: {model: cascade}\n")
-    assert load_config(str(path), environ={}).local_judge.model == "cascade"
-    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE": "cascade"}).local_judge.model == "cascade"
-    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__MODEL": "cascade"}).local_judge.model == "cascade"
+    path.write_text("local_judge: {model: features}\n")
+    assert load_config(str(path), environ={}).local_judge.model == "features"
+    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE": "features"}).local_judge.model == "features"
+    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__MODEL": "features"}).local_judge.model == "features"
     path.write_text("local_judge: {model: bert}\n")
     with pytest.raises(pydantic.ValidationError, match="local_judge"):
         load_config(str(path), environ={})
@@ -170,6 +172,15 @@ def test_windows_are_the_most_similar_sentences_and_the_best_one_in_document_ord
     assert choose_windows(sims, sentences, "A one.", 2) == "A one. B two. D four."
     assert choose_windows(None, sentences, "D four.", 1) == "A one. D four."
     assert choose_windows(sims, [], None, 2) == ""
+
+
+def test_lexical_similarity_weights_a_rare_shared_word_over_a_common_one() -> None:
+    # 4 sentences; "tower" in 3 of them (idf log(1 + 4/3) = 0.847), "gustave" in 1 (idf log(1 + 4/1) = 1.609)
+    sentences = [{"tower", "paris"}, {"tower", "gustave"}, {"tower", "visit"}, {"river"}]
+    sims = lexical_similarities({"tower", "gustave", "eiffel"}, sentences)
+    assert sims == pytest.approx([0.8473, 0.8473 + 1.6094, 0.8473, 0.0], abs=1e-4)
+    assert choose_windows(sims, ["P.", "G.", "V.", "R."], None, 1) == "G."
+    assert lexical_similarities(set(), sentences).tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 # the shipped model ----------------------------------------------------------------------------

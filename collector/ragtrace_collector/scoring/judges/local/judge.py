@@ -31,11 +31,11 @@ Configuration (argument → environment → default): ``embeddings`` /
 meets the ≥50 records/s target on 2 cores; ``1``: the model with embedding features, as accurate
 on the held-out split and about 15 times slower),
 ``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``; ``model`` / ``RAGTRACE_LOCAL_JUDGE_MODEL`` (the collector's
-``local_judge.model``): ``features`` (default) the feature model alone; ``cascade`` the feature
+``local_judge.model``): ``cascade`` (default) the feature
 model decides the clear claims and the int8 ONNX cross-encoder (:mod:`cross_encoder`) reads the
-uncertain ones with their best context windows, chosen by the embedding index; when the
+uncertain ones with their best context windows (chosen lexically, no embeddings); when the
 cross-encoder's files are missing or do not load, the judge says so in the log and falls back to
-the feature model (``fallback_reason``). Embeddings are always used where a decision is
+the feature model (``fallback_reason``); ``features`` the feature model alone. Embeddings are always used where a decision is
 about meaning rather than support (``embed``, context-sentence relevance); the model loads on
 first use, once per process.
 
@@ -69,6 +69,7 @@ from .cross_encoder import (
     PairScorer,
     choose_windows,
     first_segment,
+    lexical_similarities,
 )
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 
 #: ``local_judge.model`` values: the feature model alone, or the feature model then the cross-encoder.
 LOCAL_JUDGE_MODELS = ("features", "cascade")
-DEFAULT_LOCAL_JUDGE_MODEL = "features"
+DEFAULT_LOCAL_JUDGE_MODEL = "cascade"
 
 _META_COLUMNS = [FEATURE_NAMES.index("meta_reference"), FEATURE_NAMES.index("no_information_claim")]
 
@@ -166,7 +167,7 @@ class LocalJudge(Judge):
                 self.cascade.encoder()
             except CrossEncoderError as exc:
                 self._fall_back(str(exc))
-        if self.use_embeddings or self.cascade is not None:
+        if self.use_embeddings:
             self.embedder.embed(["warm up"])
 
     # plumbing ---------------------------------------------------------------------------------
@@ -238,17 +239,12 @@ class LocalJudge(Judge):
                 self._fall_back(str(exc))
                 return scored, self.model.threshold
             index = self._index(contexts)
-            if index.embeddings is None and index.sentences:
-                index.embeddings = self.embedder.embed(index.sentences)
-                cascade.stats.records_embedded += 1
-            sims = None
-            if index.embeddings is not None and len(index.sentences):
-                sims = self.embedder.embed([claims[i] for i in unsure]) @ index.embeddings.T
+            sims = [lexical_similarities(set(T.content_words(claims[i])), index.sentence_tokens) for i in unsure]
             pairs = [
                 (
                     first_segment(claims[i], question),
                     choose_windows(
-                        sims[k] if sims is not None else None,
+                        sims[k],
                         index.sentences,
                         scored[i][1].best_sentence,
                         cascade.params.windows,
