@@ -27,8 +27,9 @@ test-unit: install
 	$(PY) -m pytest -q -m "not integration and not slow" --ignore=tests/integration $(PYTEST_ARGS)
 
 # The peer conformance suite, live: rebuild the pinned peer environments (.peers/, from
-# scripts/peers/requirements/) and run each peer app against a served collector, printing per setup
-# records per request, the fields found and TTFT. `make test` replays the committed captures instead.
+# scripts/peers/requirements/) and run each peer app, and the same app traced with ragtrace's decorators
+# (the baseline), against a served, scoring collector, printing per setup records per request, the fields
+# found, TTFT and the scores against the baseline's. `make test` replays the committed captures instead.
 test-peers: install
 	bash scripts/peers/build.sh
 	$(PY) scripts/peers/live.py

@@ -1,9 +1,10 @@
 """What every peer app shares: the corpus, the six questions, the scripted model server and the exporter.
 
-Each app in this folder runs in its peer's own environment (``.peers/<env>/bin/python``) with
+Each peer app in this folder runs in its peer's own environment (``.peers/<env>/bin/python``) with
 ``PYTHONPATH=<repo>:<repo>/scripts/peers/apps``; it imports nothing of ragtrace, only the scripted
 OpenAI-compatible server from ``tests/support`` (standard library only), so what it exports is exactly
-what the real peer packages emit. Environment:
+what the real peer packages emit (``decorators.py``, the baseline, is the one app that uses ragtrace and runs
+in the project's environment). Environment:
 
 * ``PEER_OTLP_ENDPOINT`` — base URL of an OTLP/HTTP receiver (``/v1/traces`` is appended).
 * ``PEER_SERVICE`` — the ``service.name`` resource attribute (defaults to the app's setup name).
