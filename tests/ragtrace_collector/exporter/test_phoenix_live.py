@@ -7,13 +7,22 @@ with the embedded judge (annotator CODE) or an LLM judge (the scripted OpenAI-co
 the unsupported claims as explanation) and posts the scores to Phoenix's REST API. Read back through Phoenix's
 REST and GraphQL APIs: each score is an annotation of its trace's root span, traces filter by it, and every trace
 keeps its spans, duration and the project's p99 latency. Figures go to test-output/phoenix_live_<judge>.json.
+
+Then what a person sees, in Phoenix's own web UI in headless chromium (tests.support.browser; Phoenix serves its
+assets, nothing is downloaded): the traces list (root chain span, question, answer, scores, pre-scoring latency,
+tokens) and the worst trace (span tree; the root span's annotations with the judge's explanation; the retriever's
+documents; the LLM's messages and its prompt/completion tokens), each asserted on visible text before its
+screenshot in test-output/phoenix/<judge>/.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import ragtrace
 from ragtrace_collector.config import load_config
 from ragtrace_collector.scoring.results_store import ResultsStore
+from tests.support.browser import headless_chromium, screenshot, wait_shown
 from tests.support.phoenix import PhoenixServer, missing_reason
 from tests.support.scripted_openai import ScriptedOpenAI, faithfulness_reply
 
@@ -40,6 +50,7 @@ CORPUS = [
     {"id": "doc-1", "content": "Paris is the capital and largest city of France.", "score": 0.91},
     {"id": "doc-2", "content": "The Eiffel Tower was completed in 1889 in Paris.", "score": 0.72},
 ]
+USAGE = {"prompt_tokens": 37, "completion_tokens": 12}  # every answer's: 49 tokens in all
 QUESTIONS = ["What is the capital of France?", "When was the Eiffel Tower completed?", "Where is Paris, in Spain?"]
 # judge kind -> (metrics, annotator kind, annotation identifier)
 JUDGES = {
@@ -50,26 +61,45 @@ JUDGES = {
 _roots: dict[str, str] = {}
 
 
+@dataclass
+class Fed:
+    """What a test fed to Phoenix and read back: for the browser test to look for."""
+
+    project: str
+    project_id: str
+    roots: dict[str, str]  # trace id -> root span id, in the order of QUESTIONS
+    scores: dict[str, dict[str, float]]  # trace id -> metric -> score
+    durations_ms: dict[str, float]  # trace id -> duration before scoring
+    annotations: dict[tuple[str, str], dict[str, Any]]  # (span id, metric) -> Phoenix's annotation
+
+
+_fed: dict[str, Fed] = {}  # judge -> what its test fed
+
+
 @ragtrace.retriever
 def search(query: str) -> list[dict]:
     return CORPUS
 
 
 @ragtrace.generator(model="demo-model", provider="demo")
-def answer(question: str, contexts: list[str]) -> str:
+def answer(question: str, contexts: list[str]) -> dict:
+    """An OpenAI-shaped reply, with the token usage ragtrace records (and Phoenix shows)."""
     time.sleep(0.05)  # a request of some 50 ms: an evaluation span stamped seconds later would be plain to see
     if "Spain" in question:
-        return "Paris is in Spain."
-    if "Eiffel" in question:
-        return "The Eiffel Tower was completed in 1889."
-    return "Paris is the capital of France."
+        text = "Paris is in Spain."
+    elif "Eiffel" in question:
+        text = "The Eiffel Tower was completed in 1889."
+    else:
+        text = "Paris is the capital of France."
+    message = {"role": "assistant", "content": text}
+    return {"model": "demo-model", "choices": [{"message": message, "finish_reason": "stop"}], "usage": USAGE}
 
 
 @ragtrace.pipeline(name="support")
 def handle(question: str) -> str:
     ctx = otel_trace.get_current_span().get_span_context()
     _roots[format(ctx.trace_id, "032x")] = format(ctx.span_id, "016x")
-    return answer(question, [d["content"] for d in search(question)])
+    return answer(question, [d["content"] for d in search(question)])["choices"][0]["message"]["content"]
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +189,7 @@ async def test_scores_become_annotations_and_no_trace_latency_changes(phoenix, t
         await scores_in_phoenix(phoenix, tmp_path, judge, judge_server)
 
 
-async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, judge_server: ScriptedOpenAI) -> None:
+async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, judge_server: ScriptedOpenAI) -> Fed:
     from ragtrace_collector.service.app import CollectorApp
 
     metrics, annotator, identifier = JUDGES[judge]
@@ -276,3 +306,159 @@ async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, 
     out = ROOT / "test-output"
     out.mkdir(exist_ok=True)
     (out / f"phoenix_live_{judge}.json").write_text(json.dumps(figures, indent=2))
+    durations = {tid: d * 1000 for tid, (_, d) in before["rest_traces"].items()}
+    _fed[judge] = Fed(project, project_id, roots, scores, durations, by_span)
+    return _fed[judge]
+
+
+# --- what a person sees: Phoenix's own web UI (served by Phoenix itself, no CDN) in headless chromium -------------
+
+SHOTS = ROOT / "test-output" / "phoenix"
+TREE, DETAILS = "ul[data-testid=trace-tree]", "[data-testid=span-details]"
+ANSWERS = ["Paris is in Spain.", "The Eiffel Tower was completed in 1889.", "Paris is the capital of France."]
+TOKENS = str(USAGE["prompt_tokens"] + USAGE["completion_tokens"])
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with headless_chromium(1600, 1000) as driver:
+        yield driver
+
+
+@pytest.mark.parametrize("judge", sorted(JUDGES))
+async def test_phoenix_ui_shows_span_kinds_documents_messages_tokens_and_annotations(phoenix, browser, tmp_path, judge):
+    fed = _fed.get(judge)
+    if fed is None:  # run alone (-k): feed and score the traces here
+        with ScriptedOpenAI(responder=judge_reply) as judge_server:
+            fed = await scores_in_phoenix(phoenix, tmp_path, judge, judge_server)
+    shots = SHOTS / judge
+    await asyncio.to_thread(traces_list, browser, phoenix, fed, shots)
+    await asyncio.to_thread(scored_trace, browser, phoenix, fed, shots)
+
+
+def score_shown(metric: str, score: float) -> tuple[str, ...]:
+    """How Phoenix writes a mean score: two decimals, rounded or cut."""
+    return tuple(f"{metric}\nμ {v:.2f}" for v in (score, math.floor(score * 100) / 100))
+
+
+def latencies_ms(text: str) -> list[float]:
+    """The latencies a text shows ("50ms", "1.2s"), in ms."""
+    found = re.findall(r"^(\d+(?:\.\d+)?)(ms|s)$", text, flags=re.M)
+    return [float(v) * (1 if unit == "ms" else 1000) for v, unit in found]
+
+
+def assert_latency_shown(text: str, duration_ms: float) -> None:
+    """The text shows the trace's duration from before scoring (to Phoenix's rounding): scoring changed none."""
+    assert any(abs(ms - duration_ms) <= 1 for ms in latencies_ms(text)), (duration_ms, latencies_ms(text))
+
+
+def traces_list(driver, phoenix: PhoenixServer, fed: Fed, shots: Path) -> None:
+    """The project's traces: per trace its root (chain) span, question, answer, scores, latency and tokens."""
+    from selenium.webdriver.common.by import By
+
+    driver.set_window_size(2600, 1000)  # wide enough for the annotations, latency and token columns
+    driver.get(f"{phoenix.base_url}/projects/{fed.project_id}/traces")
+    wanted = [(*score_shown(*next(iter(s.items()))), f"+{len(s)}") for s in fed.scores.values()]  # a score, or +N
+    wait_shown(driver, "table tbody", *QUESTIONS, *ANSWERS, *wanted)
+    rows = {r.text.split("\n")[2]: r for r in driver.find_elements(By.CSS_SELECTOR, "table tbody tr")}
+    assert sorted(rows) == sorted(QUESTIONS), rows  # one row per trace, showing its question
+    for tid, question in zip(fed.roots, QUESTIONS):
+        row, scores = rows[question].text, fed.scores[tid]
+        assert row.startswith("chain\nsupport\n"), row  # the root span's kind and name
+        assert scores_in(row, scores) or f"\n+{len(scores)}\n" in row, row  # several: "+N", a hover shows them
+        assert_latency_shown(row, fed.durations_ms[tid])
+        assert f"\n{TOKENS}\n" in row, row  # the trace's total tokens
+    worst = min(fed.scores, key=lambda t: fed.scores[t].get("faithfulness", 1.0))
+    row, scores = rows[QUESTIONS[list(fed.roots).index(worst)]], fed.scores[worst]
+    if not scores_in(row.text, scores):  # point at the "+N" chip: Phoenix lists the trace's scores
+        row.find_elements(By.XPATH, f".//*[normalize-space(.)='+{len(scores)}']")[-1].click()
+        wait_shown(driver, "[role=tooltip], [role=dialog]", *(score_shown(m, v) for m, v in scores.items()), timeout=15)
+    screenshot(driver, shots / "traces-list.png")
+    driver.set_window_size(1600, 1000)
+
+
+def scores_in(text: str, scores: dict[str, float]) -> bool:
+    return all(any(s in text for s in score_shown(m, v)) for m, v in scores.items())
+
+
+def hover(driver, element) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(element).perform()
+
+
+def scored_trace(driver, phoenix: PhoenixServer, fed: Fed, shots: Path) -> None:
+    """The worst-scored trace: its span tree (chain, retriever, LLM), the scores on the root span with the judge's
+    explanation, the retriever's documents, the LLM's messages and tokens, and its latency from before scoring."""
+    tid = min(fed.scores, key=lambda t: fed.scores[t].get("faithfulness", 1.0))
+    root, scores = fed.roots[tid], fed.scores[tid]
+    driver.get(f"{phoenix.base_url}/projects/{fed.project_id}/traces/{tid}")
+    wanted = [score_shown(m, s) for m, s in scores.items()]
+    tree = wait_shown(driver, TREE, "support", "search", "answer", TOKENS, *wanted)
+    lines = tree.split("\n")
+    assert lines[0] == "support" and lines.index("search") < lines.index("answer"), tree  # the root, then its children
+    drawer = wait_shown(driver, "section[data-testid=dialog]", f"Trace\n{tid}", "Latency\n")
+    assert_latency_shown(drawer.split("Latency\n", 1)[1].split("\n", 1)[0], fed.durations_ms[tid])
+
+    # the root span (selected first) with its annotations as a table: score, annotator, explanation, identifier
+    wait_shown(driver, DETAILS, "chain\nsupport\n", root, "Annotations")
+    annotations_table(driver)
+    rows = [fed.annotations[(root, m)] for m in scores]
+    explained = [a["result"]["explanation"] for a in rows if a["result"].get("explanation")]
+    assert explained, rows  # the worst trace's low score says why
+    kinds = {a["annotator_kind"] for a in rows} | {a["identifier"] for a in rows}
+    wait_shown(driver, DETAILS, *scores, *kinds, *explained, "Where is Paris, in Spain?", "Paris is in Spain.")
+    screenshot(driver, shots / "trace-with-annotations.png")
+
+    # the retriever: its documents, with their ids, scores and text
+    click_span(driver, "search")
+    docs = [(f"document {d['id']}", f"score {d['score']}", d["content"]) for d in CORPUS]
+    wait_shown(driver, DETAILS, "retriever\nsearch\n", "Documents", *(t for d in docs for t in d))
+    screenshot(driver, shots / "retriever-documents.png")
+
+    # the LLM: model, the user's message (contexts + question) and the assistant's, its tokens split in and out
+    click_span(driver, "answer")
+    messages = ("user", *(d["content"] for d in CORPUS), "Where is Paris, in Spain?", "assistant", "Paris is in Spain.")
+    wait_shown(driver, DETAILS, "llm\nanswer\n", "demo-model", "Messages", *messages, TOKENS)
+    hover_tokens(driver, f"{USAGE['prompt_tokens']} prompt → {USAGE['completion_tokens']} completion")
+    screenshot(driver, shots / "llm-messages-tokens.png")
+
+
+def click_span(driver, name: str) -> None:
+    """Select a span by clicking its name in the trace tree, as a person does."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.CSS_SELECTOR, TREE).find_element(By.XPATH, f".//*[normalize-space(text())='{name}']").click()
+
+
+def annotations_table(driver) -> None:
+    """Open the selected span's Annotations card (when closed) in its table view, which shows explanations."""
+    from selenium.webdriver.common.by import By
+
+    details = driver.find_element(By.CSS_SELECTOR, DETAILS)
+    table = details.find_elements(By.XPATH, ".//button[normalize-space(.)='Table']")
+    if not table:
+        details.find_element(By.XPATH, ".//h3[normalize-space(text())='Annotations']").click()
+        wait_shown(driver, DETAILS, "List\nTable")
+        table = details.find_elements(By.XPATH, ".//button[normalize-space(.)='Table']")
+    table[0].click()
+    wait_shown(driver, DETAILS, "explanation")
+
+
+def hover_tokens(driver, split: str, tries: int = 6) -> None:
+    """Point at the selected span's token count until Phoenix's card shows the prompt and completion tokens."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    for attempt in range(tries):  # the panel re-renders while it loads: a hover on a replaced element shows nothing
+        try:
+            details = driver.find_element(By.CSS_SELECTOR, DETAILS)
+            count = details.find_element(By.XPATH, f".//*[normalize-space(text())='{TOKENS}']")
+            ActionChains(driver).move_to_element(details.find_element(By.TAG_NAME, "h3")).perform()
+            ActionChains(driver).move_to_element(count).perform()
+            wait_shown(driver, "[role=tooltip]", split, timeout=5)
+            return
+        except (AssertionError, WebDriverException):
+            if attempt == tries - 1:
+                raise
