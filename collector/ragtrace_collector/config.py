@@ -108,6 +108,11 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "context_relevancy",
 )
 
+# The embedded judge's claim-support models (``local_judge.model``): see the comment in LocalJudgeConfig.
+LocalJudgeModel = Literal["features", "cascade"]
+LOCAL_JUDGE_MODELS: tuple[str, ...] = get_args(LocalJudgeModel)
+DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
+
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
 ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)
 RougeType = Literal["rouge1", "rouge2", "rougeL"]
@@ -249,7 +254,7 @@ class LocalJudgeConfig(_Section):
     # cascade (default): the gradient-boosted feature model decides the clear claims and the shipped int8 ONNX
     # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing or do not
     # load); features: the feature model alone (fastest, least memory). Figures: docs/local-judge-cross-encoder.md
-    model: Literal["features", "cascade"] = "cascade"
+    model: LocalJudgeModel = DEFAULT_LOCAL_JUDGE_MODEL
 
 
 class GEvalConfig(_Section):

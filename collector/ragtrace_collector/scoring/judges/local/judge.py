@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, LOCAL_JUDGE_MODELS
 from ragtrace_collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
 
 from . import text as T
@@ -77,9 +78,6 @@ from .model import LocalJudgeParams
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 
-#: ``local_judge.model`` values: the feature model alone, or the feature model then the cross-encoder.
-LOCAL_JUDGE_MODELS = ("features", "cascade")
-DEFAULT_LOCAL_JUDGE_MODEL = "cascade"
 
 _META_COLUMNS = [FEATURE_NAMES.index("meta_reference"), FEATURE_NAMES.index("no_information_claim")]
 
