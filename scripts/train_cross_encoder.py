@@ -120,7 +120,7 @@ def prepare(args: argparse.Namespace) -> None:
                         lexical_similarities(set(T.content_words(claim)), index.sentence_tokens),
                         index.sentences,
                         s.best_sentence,
-                        WINDOWS,
+                        args.windows,
                     ),
                     "label": label,
                     "x": s.features[cols].tolist(),
@@ -246,7 +246,7 @@ def fit(args: argparse.Namespace) -> None:
         train = train[: args.limit]
     print(f"training pairs: {len(train)} ({sum(p['label'] == 0 for p in train)} unsupported)", file=sys.stderr)
     tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
-    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.enable_truncation(max_length=args.max_tokens)
     tokenizer.no_padding()
     source = args.pretrained or pretrained_dir()
     device = torch.device(args.device)
@@ -350,6 +350,7 @@ def fit(args: argparse.Namespace) -> None:
         + (", per channel" if args.per_channel else ""),
         "training_pairs": len(train),
         "training_unsupported": sum(p["label"] == 0 for p in train),
+        "max_tokens": args.max_tokens,
         "epochs": args.epochs,
         "batch": args.batch,
         "lr": args.lr,
@@ -384,7 +385,7 @@ def calibrate(args: argparse.Namespace) -> None:
     calib = [p for p in pairs if p["part"] == "calib"]
     int8 = WORK / MODEL_FILE
     digest = sha256(int8)
-    provisional = CascadeParams(MODEL_FILE, digest, MAX_TOKENS, WINDOWS, 0.0, 1.0, (0.0, 1.0, 0.0), 0.5)
+    provisional = CascadeParams(MODEL_FILE, digest, args.max_tokens, args.windows, 0.0, 1.0, (0.0, 1.0, 0.0), 0.5)
     encoder = CrossEncoder(provisional, model_path=int8)
     start = time.time()
     p_cross = encoder.predict([(p["a"], p["b"]) for p in calib])
@@ -487,8 +488,8 @@ def calibrate(args: argparse.Namespace) -> None:
         "model_file": MODEL_FILE,
         "sha256": digest,
         "bytes": int8.stat().st_size,
-        "max_tokens": MAX_TOKENS,
-        "windows": WINDOWS,
+        "max_tokens": args.max_tokens,
+        "windows": args.windows,
         "input": "[CLS] claim (question: question) [SEP] windows [SEP]; windows = the context sentences sharing the "
         "most IDF-weighted content words with the claim and the feature model's best sentence, in document order",
         "commands": [
@@ -532,6 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agreement-pairs", type=int, default=500)
     parser.add_argument("--max-share", type=float, default=0.35, help="most claims the cascade may send on")
     parser.add_argument("--out", type=Path, default=CASCADE_PARAMS_PATH)
+    parser.add_argument("--windows", type=int, default=WINDOWS, help="context sentences per claim (prepare, calibrate)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=MAX_TOKENS, help="pair length in word pieces (fit, calibrate)"
+    )
     parser.add_argument("--device", default="cpu", help="where fit trains: cpu, or cuda where a GPU is lent")
     parser.add_argument("--pretrained", type=Path, default=None, help="a config.json + weights folder to start from")
     parser.add_argument("--work", type=Path, default=WORK, help="where steps read and write their files")
