@@ -419,7 +419,7 @@ class ResultsRetentionConfig(_Section):
 
 
 class PhoenixConfig(_Section):
-    """Scores as Arize Phoenix span annotations (``ragtrace_collector.exporter.phoenix``)."""
+    """Scores as Arize Phoenix span and trace annotations (``ragtrace_collector.exporter.phoenix``)."""
 
     main_key: ClassVar[str | None] = "endpoint"
 

@@ -1,22 +1,35 @@
-"""Scores into Arize Phoenix as span annotations, where Phoenix users filter and sort traces.
+"""Scores into Arize Phoenix as span and trace annotations, where Phoenix users filter and sort traces.
 
-Each scored result becomes one annotation of the scored request's root span (``record.metadata["root_span_id"]``,
-set by the assembler) through Phoenix's REST API, ``POST /v1/span_annotations``::
+Each scored result becomes two annotations through Phoenix's REST API: one of the scored request's root span
+(``record.metadata["root_span_id"]``, set by the assembler), ``POST /v1/span_annotations``::
 
-    {"span_id": "<16 hex>", "name": "faithfulness", "annotator_kind": "LLM" | "CODE",
-     "result": {"score": 0.5, "label": "fail", "explanation": "Unsupported claims: ..."},
-     "identifier": "ragtrace/<judge>", "metadata": {"judge": ..., "pipeline": ..., "higher_is_better": ...}}
+    {"data": [{"span_id": "<16 hex>", "name": "faithfulness", "annotator_kind": "LLM" | "CODE",
+               "result": {"score": 0.5, "label": "fail", "explanation": "Unsupported claims: ..."},
+               "identifier": "ragtrace/<judge>",
+               "metadata": {"judge": ..., "pipeline": ..., "higher_is_better": ..., "trace_id": ...}}, ...]}
+
+and one of its trace (``record.trace_id``), the same fields with ``trace_id`` for ``span_id``,
+``POST /v1/trace_annotations``::
+
+    {"data": [{"trace_id": "<32 hex>", "name": "faithfulness", "annotator_kind": ..., "result": ...,
+               "identifier": ..., "metadata": ...}, ...]}
+
+The span annotation shows on the root span (and filters spans: ``annotations['faithfulness'].score``); the trace
+annotation fills the trace annotations column and chart of Phoenix's traces table.
 
 ``annotator_kind`` is ``LLM`` when an LLM judge was called for the score, else ``CODE`` (the embedded judge,
 lexical and latency metrics). The identifier makes a re-delivered score replace its annotation, not repeat it.
-Phoenix is asked to insert asynchronously (``sync=false``): it holds an annotation whose span has not arrived
-yet, so scores may reach it before the trace does.
+Phoenix is asked to insert asynchronously (``sync=false``): it holds an annotation whose span or trace has not
+arrived yet, so scores may reach it before the trace does.
 
 Sending never blocks scoring: :meth:`PhoenixAnnotations.emit` only appends to a bounded queue; a background
-thread with its own event loop posts batches with aiohttp, retrying a Phoenix that is down or overloaded with
-backoff. Whatever cannot be delivered is counted in ``ragtrace_phoenix_annotations_total{outcome}`` (``sent``,
-or why it was dropped: ``queue_full``, ``no_span``, ``rejected``, ``unreachable``, ``shutdown``), never lost
-silently.
+thread with its own event loop posts batches (each of one kind, the kinds taking turns) with aiohttp, retrying a
+Phoenix that is down or overloaded with backoff. Whatever cannot be delivered is counted in
+``ragtrace_phoenix_annotations_total{kind,outcome}`` (``kind``: ``span`` or ``trace``; ``outcome``: ``sent``, or
+why it was dropped: ``queue_full``, ``no_span`` (no root span id; span kind only), ``no_trace`` (no valid trace
+id; trace kind only), ``rejected``, ``unreachable``, ``shutdown``), never lost silently. The kind tells apart a
+Phoenix that takes one kind and refuses the other (one too old for trace annotations answers 4xx: ``rejected``,
+never retried).
 """
 
 from __future__ import annotations
@@ -32,15 +45,17 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 
-from ragtrace_collector.exporter.otlp_events import explanation, parse_span_id
+from ragtrace_collector.exporter.otlp_events import explanation, parse_span_id, parse_trace_id
 from ragtrace_collector.exporter.sender_loop import SenderLoop
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 
 log = logging.getLogger(__name__)
 
-ANNOTATIONS_PATH = "/v1/span_annotations"
-OUTCOMES = ("sent", "queue_full", "no_span", "rejected", "unreachable", "shutdown")
+ANNOTATIONS_PATHS = {"span": "/v1/span_annotations", "trace": "/v1/trace_annotations"}
+KINDS = ("span", "trace")
+OUTCOMES = ("sent", "queue_full", "no_span", "no_trace", "rejected", "unreachable", "shutdown")
+_NOT_OF = {"span": "no_trace", "trace": "no_span"}  # the outcome a kind never has: no series for it
 LOCAL_JUDGE = "local"
 
 
@@ -49,8 +64,8 @@ def annotator_kind(result: MetricResult, judge: str) -> str:
     return "LLM" if judge != LOCAL_JUDGE and result.usage.calls > 0 else "CODE"
 
 
-def annotation(record: RagRecord, result: MetricResult, judge: str, span_id: str) -> dict[str, Any]:
-    """One result as a Phoenix ``SpanAnnotationData`` body."""
+def annotation_data(record: RagRecord, result: MetricResult, judge: str) -> dict[str, Any]:
+    """One result as Phoenix's ``AnnotationData``: what its span and trace annotations share."""
     outcome: dict[str, Any] = {"score": float(result.score) if result.score is not None else None}
     if result.label:
         outcome["label"] = result.label
@@ -63,7 +78,6 @@ def annotation(record: RagRecord, result: MetricResult, judge: str, span_id: str
     if record.trace_id:
         metadata["trace_id"] = record.trace_id
     return {
-        "span_id": span_id,
         "name": result.metric,
         "annotator_kind": annotator_kind(result, judge),
         "result": outcome,
@@ -72,13 +86,24 @@ def annotation(record: RagRecord, result: MetricResult, judge: str, span_id: str
     }
 
 
-class PhoenixAnnotations:
-    """A :class:`~ragtrace_collector.scoring.worker.ResultSink` posting each score to Phoenix as a span annotation.
+def annotation(record: RagRecord, result: MetricResult, judge: str, span_id: str) -> dict[str, Any]:
+    """One result as a Phoenix ``SpanAnnotationData`` body."""
+    return {"span_id": span_id, **annotation_data(record, result, judge)}
 
-    At most ``max_pending`` annotations wait (later ones are dropped and counted); they leave in batches of
-    ``batch_size``, at least every ``flush_interval`` seconds; a batch Phoenix cannot take is retried
-    ``max_attempts`` times with backoff, then counted ``unreachable``. ``shutdown`` sends what waits within its
-    bound and counts the rest.
+
+def trace_annotation(record: RagRecord, result: MetricResult, judge: str, trace_id: str) -> dict[str, Any]:
+    """One result as a Phoenix ``TraceAnnotationData`` body."""
+    return {"trace_id": trace_id, **annotation_data(record, result, judge)}
+
+
+class PhoenixAnnotations:
+    """A :class:`~ragtrace_collector.scoring.worker.ResultSink` posting each score to Phoenix as a span annotation
+    of the request's root span and a trace annotation of its trace.
+
+    At most ``max_pending`` annotations (of both kinds together) wait; later ones are dropped and counted; they
+    leave in batches of at most ``batch_size`` annotations of one kind, at least every ``flush_interval``
+    seconds; a batch Phoenix cannot take is retried ``max_attempts`` times with backoff, then counted
+    ``unreachable``. ``shutdown`` sends what waits within its bound and counts the rest.
     """
 
     def __init__(
@@ -96,7 +121,7 @@ class PhoenixAnnotations:
     ) -> None:
         if batch_size < 1 or max_pending < 1:
             raise ValueError("phoenix batch_size and max_pending must be at least 1")
-        self.url = endpoint.rstrip("/") + ANNOTATIONS_PATH
+        self.urls = {kind: endpoint.rstrip("/") + path for kind, path in ANNOTATIONS_PATHS.items()}
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.batch_size = batch_size
         self.max_pending = max_pending
@@ -107,56 +132,74 @@ class PhoenixAnnotations:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.counter = Counter(
             "ragtrace_phoenix_annotations",
-            "Scores sent to Phoenix as span annotations (outcome=sent) or dropped, by why.",
-            ("outcome",),
+            "Scores sent to Phoenix as span and trace annotations (outcome=sent) or dropped, by kind and why.",
+            ("kind", "outcome"),
             registry=self.registry,
         )
-        self._outcomes = {o: self.counter.labels(o) for o in OUTCOMES}
-        self._pending: deque[dict[str, Any]] = deque()
+        self._outcomes = {
+            (k, o): self.counter.labels(kind=k, outcome=o) for k in KINDS for o in OUTCOMES if o != _NOT_OF[k]
+        }
+        self._pending: dict[str, deque[dict[str, Any]]] = {k: deque() for k in KINDS}
+        self._last = KINDS[-1]  # the kind of the last batch taken: the other goes next when both wait
         self._busy = 0  # annotations taken from the queue and not yet sent or dropped
         self._cond = threading.Condition()
         self._closing = False
-        self._rejected_logged: set[int] = set()
+        self._rejected_logged: set[tuple[str, int]] = set()
         self._sender = SenderLoop("ragtrace-phoenix", self._run, "the phoenix exporter")
         self._wake = self._sender.wake
         self._sender.start()
 
     # -- the scoring side (never blocks) ---------------------------------------------------------
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
-        """Queue one annotation per scored result; returns how many were queued."""
+        """Queue a span and a trace annotation per scored result; returns how many annotations were queued."""
         scored = [r for r in results if r.status == "scored" and r.score is not None and math.isfinite(r.score)]
         if not scored:
             return 0
         span = parse_span_id((record.metadata or {}).get("root_span_id"))
-        if span is None:  # a dataset row, or a trace whose root span never arrived: nothing to annotate
-            self._count("no_span", len(scored))
+        trace = parse_trace_id(record.trace_id)
+        if span is None:  # a dataset row, or a trace whose root span never arrived: no span to annotate
+            self._count("span", "no_span", len(scored))
+        if trace is None:  # a dataset row: no trace to annotate
+            self._count("trace", "no_trace", len(scored))
+        items: list[tuple[str, dict[str, Any]]] = []
+        for result in scored:  # a score's two side by side: a full queue drops later scores, not one kind
+            if span is not None:
+                items.append(("span", annotation(record, result, judge, format(span, "016x"))))
+            if trace is not None:
+                items.append(("trace", trace_annotation(record, result, judge, format(trace, "032x"))))
+        if not items:
             return 0
-        span_id = format(span, "016x")
         queued = 0
         with self._cond:
             if self._closing:
-                self._outcomes["shutdown"].inc(len(scored))
+                for kind, _ in items:
+                    self._outcomes[(kind, "shutdown")].inc()
                 return 0
-            for result in scored:
-                if len(self._pending) >= self.max_pending:
-                    self._outcomes["queue_full"].inc()
+            waiting = self._waiting()
+            for kind, body in items:
+                if waiting >= self.max_pending:
+                    self._outcomes[(kind, "queue_full")].inc()
                     continue
-                self._pending.append(annotation(record, result, judge, span_id))
+                self._pending[kind].append(body)
+                waiting += 1
                 queued += 1
-            full = len(self._pending) >= self.batch_size
+            full = any(len(q) >= self.batch_size for q in self._pending.values())
         if full:
             self._sender.signal()
         return queued
 
-    def count(self, outcome: str) -> float:
-        """Annotations counted under ``outcome`` (of :data:`OUTCOMES`) so far."""
-        return self.registry.get_sample_value("ragtrace_phoenix_annotations_total", {"outcome": outcome}) or 0.0
+    def count(self, outcome: str, kind: str | None = None) -> float:
+        """Annotations counted under ``outcome`` (of :data:`OUTCOMES`) so far: of ``kind``, or of both kinds."""
+        return sum(
+            self.registry.get_sample_value("ragtrace_phoenix_annotations_total", {"kind": k, "outcome": outcome}) or 0.0
+            for k in ((kind,) if kind else KINDS)
+        )
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued was sent or dropped; False when ``timeout`` passed first."""
         self._sender.signal()
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+            return self._cond.wait_for(lambda: not self._waiting() and not self._busy, timeout)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Send what waits (within ``timeout``, default twice the request timeout), count the rest, stop."""
@@ -168,21 +211,33 @@ class PhoenixAnnotations:
             timeout if timeout is not None else 2 * self.timeout + 1
         )  # past it, in-flight work is cancelled
         with self._cond:
-            left = len(self._pending)
-            self._pending.clear()
-        self._count("shutdown", left)
+            left = {k: len(q) for k, q in self._pending.items()}
+            for q in self._pending.values():
+                q.clear()
+        for kind, n in left.items():
+            self._count(kind, "shutdown", n)
 
     # -- the sending side (its own thread and event loop) -------------------------------------------
-    def _count(self, outcome: str, n: int) -> None:
-        if n:
-            self._outcomes[outcome].inc(n)
+    def _waiting(self) -> int:
+        return sum(len(q) for q in self._pending.values())
 
-    def _take(self) -> list[dict[str, Any]]:
+    def _count(self, kind: str, outcome: str, n: int) -> None:
+        if n:
+            self._outcomes[(kind, outcome)].inc(n)
+
+    def _take(self) -> tuple[str, list[dict[str, Any]]] | None:
+        """The next batch, of one kind: the kinds take turns, so neither waits behind a stream of the other."""
         with self._cond:
-            n = min(self.batch_size, len(self._pending))
-            batch = [self._pending.popleft() for _ in range(n)]
-            self._busy += n
-            return batch
+            first = KINDS.index(self._last) + 1
+            for kind in KINDS[first:] + KINDS[:first]:
+                queue = self._pending[kind]
+                if queue:
+                    n = min(self.batch_size, len(queue))
+                    batch = [queue.popleft() for _ in range(n)]
+                    self._busy += n
+                    self._last = kind
+                    return kind, batch
+            return None
 
     def _done(self, n: int) -> None:
         with self._cond:
@@ -198,34 +253,36 @@ class PhoenixAnnotations:
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
-                while batch := self._take():
+                while taken := self._take():
+                    kind, batch = taken
                     try:
-                        await self._send(session, batch)
+                        await self._send(session, kind, batch)
                     except asyncio.CancelledError:
-                        self._count("shutdown", len(batch))
+                        self._count(kind, "shutdown", len(batch))
                         raise
                     finally:
                         self._done(len(batch))
                 with self._cond:
-                    if self._closing and not self._pending:
+                    if self._closing and not self._waiting():
                         self._cond.notify_all()
                         return
 
-    async def _send(self, session: aiohttp.ClientSession, batch: list[dict[str, Any]]) -> None:
+    async def _send(self, session: aiohttp.ClientSession, kind: str, batch: list[dict[str, Any]]) -> None:
+        url = self.urls[kind]
         delay = self.backoff_initial
         problem = ""
         for attempt in range(1, self.max_attempts + 1):
             try:
-                async with session.post(self.url, params={"sync": "false"}, json={"data": batch}) as reply:
+                async with session.post(url, params={"sync": "false"}, json={"data": batch}) as reply:
                     if reply.status < 300:
-                        self._count("sent", len(batch))
+                        self._count(kind, "sent", len(batch))
                         return
                     problem = f"HTTP {reply.status}: {(await reply.text())[:200]}"
                     if reply.status not in (408, 429) and reply.status < 500:
-                        self._count("rejected", len(batch))  # a retry would be refused the same way
-                        if reply.status not in self._rejected_logged:
-                            self._rejected_logged.add(reply.status)
-                            log.warning("phoenix refused %d span annotations (%s)", len(batch), problem)
+                        self._count(kind, "rejected", len(batch))  # a retry would be refused the same way
+                        if (kind, reply.status) not in self._rejected_logged:
+                            self._rejected_logged.add((kind, reply.status))
+                            log.warning("phoenix refused %d %s annotations (%s)", len(batch), kind, problem)
                         return
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
@@ -233,5 +290,5 @@ class PhoenixAnnotations:
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
-        self._count("unreachable", len(batch))
-        log.warning("phoenix at %s unreachable, %d span annotations dropped (%s)", self.url, len(batch), problem)
+        self._count(kind, "unreachable", len(batch))
+        log.warning("phoenix at %s unreachable, %d %s annotations dropped (%s)", url, len(batch), kind, problem)

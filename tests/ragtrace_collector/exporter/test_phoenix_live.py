@@ -5,8 +5,8 @@ Phoenix (``arize-phoenix`` from the package index, in .phoenix-venv: ``bash scri
 decorators exports to Phoenix; the same spans go to a served collector (``export.phoenix``), which scores them
 with the embedded judge (annotator CODE) or an LLM judge (the scripted OpenAI-compatible server: annotator LLM,
 the unsupported claims as explanation) and posts the scores to Phoenix's REST API. Read back through Phoenix's
-REST and GraphQL APIs: each score is an annotation of its trace's root span, traces filter by it, and every trace
-keeps its spans, duration and the project's p99 latency. Figures go to test-output/phoenix_live_<judge>.json.
+REST and GraphQL APIs: each score is an annotation of its trace's root span and one of the trace itself (Phoenix's
+trace annotations), traces filter by it, and every trace keeps its spans, duration and the project's p99 latency. Figures go to test-output/phoenix_live_<judge>.json.
 
 Then what a person sees, in Phoenix's own web UI in headless chromium (tests.support.browser; Phoenix serves its
 assets, nothing is downloaded): the traces list (root chain span, question, answer, scores, pre-scoring latency,
@@ -258,20 +258,40 @@ async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, 
             found = phoenix.get(path, span_ids=list(roots.values()), limit=1000)["data"]
             return found if len(found) >= expected else None
 
+        def trace_annotations() -> list[dict[str, Any]] | None:
+            path = f"/v1/projects/{project}/trace_annotations"
+            found = phoenix.get(path, trace_ids=list(roots), limit=1000)["data"]
+            return found if len(found) >= expected else None
+
         found = await asyncio.to_thread(wait_for, "the annotations in Phoenix", annotations)
-        sent = app.registry.get_sample_value("ragtrace_phoenix_annotations_total", {"outcome": "sent"})
+        on_traces = await asyncio.to_thread(wait_for, "the trace annotations in Phoenix", trace_annotations)
+        sent = {
+            kind: app.registry.get_sample_value("ragtrace_phoenix_annotations_total", {"kind": kind, "outcome": "sent"})
+            for kind in ("span", "trace")
+        }
     finally:
         await app.stop(drain_timeout=5)
 
     # each score is an annotation of its trace's root span, with the stored score
     by_span = {(a["span_id"], a["name"]): a for a in found}
-    assert len(by_span) == len(found) == expected == sent
+    assert len(by_span) == len(found) == expected == sent["span"]
+    # and of the trace itself, the same: what Phoenix's traces table shows in its trace annotations column
+    by_trace = {(a["trace_id"], a["name"]): a for a in on_traces}
+    assert len(by_trace) == len(on_traces) == expected == sent["trace"]
     for tid, metric_scores in scores.items():
         for metric, score in metric_scores.items():
-            a = by_span[(roots[tid], metric)]
-            assert a["result"]["score"] == pytest.approx(score)
-            assert a["annotator_kind"] == annotator and a["identifier"] == identifier
-            assert a["metadata"]["trace_id"] == tid and a["metadata"]["pipeline"] == "support"
+            for a in (by_span[(roots[tid], metric)], by_trace[(tid, metric)]):
+                assert a["result"]["score"] == pytest.approx(score)
+                assert a["annotator_kind"] == annotator and a["identifier"] == identifier
+                assert a["metadata"]["trace_id"] == tid and a["metadata"]["pipeline"] == "support"
+            assert by_trace[(tid, metric)]["result"] == by_span[(roots[tid], metric)]["result"]
+    # as Phoenix's traces table reads them (GraphQL Trace.traceAnnotations): the scores on each trace
+    per_trace = """query ($id: ID!, $tid: ID!) { node(id: $id) { ... on Project {
+        trace(traceId: $tid) { traceAnnotations { name score annotatorKind } } } } }"""
+    for tid, metric_scores in scores.items():
+        shown = phoenix.graphql(per_trace, {"id": project_id, "tid": tid})["node"]["trace"]["traceAnnotations"]
+        assert {a["name"]: a["score"] for a in shown} == pytest.approx(metric_scores)
+        assert {a["annotatorKind"] for a in shown} == {annotator}
 
     if judge == "llm":  # the scripted judge finds the answer about Spain unsupported, and says which claim
         spain = next(tid for tid, root in roots.items() if by_span[(root, "faithfulness")]["result"]["score"] == 0)
@@ -301,6 +321,10 @@ async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, 
         "annotations": sorted(
             [a["span_id"], a["name"], a["result"]["score"], a["annotator_kind"], a["result"].get("explanation")]
             for a in found
+        ),
+        "trace_annotations": sorted(
+            [a["trace_id"], a["name"], a["result"]["score"], a["annotator_kind"], a["result"].get("explanation")]
+            for a in on_traces
         ),
     }
     out = ROOT / "test-output"
