@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from common import CORPUS, MODEL, SYSTEM, TEMPLATE, embed, endpoint, model_server, run_questions, service
-from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnablePassthrough
-from langchain_core.vectorstores import InMemoryVectorStore
-from langchain_openai import ChatOpenAI
+from common import endpoint, model_server, run_questions, service
+from lcel import rag_chains
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-
-class HashedEmbeddings(Embeddings):
-    """A fake embedding model (no download): the scripted server's hashed bag of words."""
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return embed(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return embed([text])[0]
 
 
 def main(setup: str = "oi_langchain", with_openai: bool = False) -> None:
@@ -38,17 +22,7 @@ def main(setup: str = "oi_langchain", with_openai: bool = False) -> None:
 
         OpenAIInstrumentor().instrument(tracer_provider=provider)
     server = model_server()
-    store = InMemoryVectorStore(HashedEmbeddings())
-    store.add_documents(
-        [Document(page_content=text, id=doc_id, metadata={"source": doc_id}) for doc_id, text in CORPUS]
-    )
-    retriever = store.as_retriever(search_kwargs={"k": 3})
-    prompt = ChatPromptTemplate.from_messages([("system", SYSTEM), ("human", TEMPLATE)])
-
-    def chain_for(stream: bool):
-        llm = ChatOpenAI(model=MODEL, base_url=server.base_url, api_key="k", streaming=stream, stream_usage=True)
-        context = retriever | (lambda docs: "\n".join(d.page_content for d in docs))
-        return {"context": context, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
+    chain_for = rag_chains(server.base_url)
 
     def ask(i: int, question: str, stream: bool) -> str:
         chain = chain_for(stream)

@@ -17,25 +17,9 @@ import os
 import tempfile
 
 import openlit
-from common import CORPUS, MODEL, SYSTEM, TEMPLATE, embed, model_server, run_questions, service
-from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnablePassthrough
-from langchain_core.vectorstores import InMemoryVectorStore
-from langchain_openai import ChatOpenAI
+from common import MODEL, model_server, run_questions, service
+from lcel import rag_chains
 from opentelemetry import trace
-
-
-class HashedEmbeddings(Embeddings):
-    """A fake embedding model (no download): the scripted server's hashed bag of words."""
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return embed(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return embed([text])[0]
 
 
 def main() -> None:
@@ -49,17 +33,7 @@ def main() -> None:
         pricing_json=pricing.name,
     )
     server = model_server()
-    store = InMemoryVectorStore(HashedEmbeddings())
-    store.add_documents(
-        [Document(page_content=text, id=doc_id, metadata={"source": doc_id}) for doc_id, text in CORPUS]
-    )
-    retriever = store.as_retriever(search_kwargs={"k": 3})
-    prompt = ChatPromptTemplate.from_messages([("system", SYSTEM), ("human", TEMPLATE)])
-
-    def chain_for(stream: bool):
-        llm = ChatOpenAI(model=MODEL, base_url=server.base_url, api_key="k", streaming=stream, stream_usage=True)
-        context = retriever | (lambda docs: "\n".join(d.page_content for d in docs))
-        return {"context": context, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
+    chain_for = rag_chains(server.base_url)
 
     def ask(i: int, question: str, stream: bool) -> str:
         return chain_for(stream).invoke(question)  # streamed requests stream the model's tokens inside invoke

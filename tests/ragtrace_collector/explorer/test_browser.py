@@ -9,50 +9,23 @@ installs it); under CI they fail instead.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.binaries import require_in_ci
+from tests.support.browser import headless_chromium
 from tests.support.explorer_stack import TOKEN, Fed
 from tests.support.paths import REPO
 
 SHOTS = REPO / "test-output" / "explorer"
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = require_in_ci("chromium", "chromium")
-    chromedriver = require_in_ci("chromedriver", "chromium-driver")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    with tempfile.TemporaryDirectory(prefix="ragtrace-chromium-") as profile:
-        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-            options.add_argument(flag)
-        # an explicit driver path: Selenium Manager (which would download one) never runs
-        driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-        driver.implicitly_wait(0)
-        try:
-            yield driver
-        finally:
-            driver.quit()
+    with headless_chromium(1400, 1000) as driver:
+        yield driver
 
 
 @pytest.fixture(scope="module")
