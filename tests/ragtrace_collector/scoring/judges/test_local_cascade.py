@@ -65,7 +65,7 @@ class FakeEncoder:
 # configuration ------------------------------------------------------------------------------
 def test_local_judge_model_defaults_to_the_cascade_and_validates(tmp_path: Path) -> None:
     assert load_config(environ={}).local_judge.model == "cascade"
-    assert LocalJudge().model_name == "cascade" or not CASCADE_PARAMS_PATH.is_file()
+    assert LocalJudge().model_name == "cascade"  # the shipped cross-encoder, not the fallback
     path = tmp_path / "c.yaml"
     path.write_text("local_judge: {model: features}\n")
     assert load_config(str(path), environ={}).local_judge.model == "features"
