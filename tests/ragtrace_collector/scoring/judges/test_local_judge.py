@@ -208,6 +208,49 @@ def test_exported_trees_evaluate_like_their_definition() -> None:
     assert model.predict(np.zeros((0, 1))).shape == (0,)
 
 
+def test_trees_of_different_sizes_walk_together_like_one_at_a_time() -> None:
+    """The traversal walks every tree at once (padded to the largest); each tree must still end
+    on its own leaf, as a plain node-by-node walk of that tree alone would."""
+    import numpy as np
+
+    from ragtrace_collector.scoring.judges.local.model import model_from_json
+
+    stump = {"feature": [1, -2, -2], "threshold": [0.0, 0, 0], "left": [1, -1, -1], "right": [2, -1, -1]}
+    stump["value"] = [0.0, 1.0, -1.0]
+    deep = {
+        "feature": [0, 1, -2, -2, 0, -2, -2],
+        "threshold": [0.5, -1.0, 0, 0, 2.0, 0, 0],
+        "left": [1, 2, -1, -1, 5, -1, -1],
+        "right": [4, 3, -1, -1, 6, -1, -1],
+        "value": [0.0, 0, 10.0, 20.0, 0, 30.0, 40.0],
+    }
+    leaf = {"feature": [-2], "threshold": [0.0], "left": [-1], "right": [-1], "value": [0.25]}
+    trees = [stump, deep, leaf, deep]
+    model = model_from_json(
+        {
+            "kind": "gradient_boosted_trees",
+            "feature_names": ["a", "b"],
+            "init": 0.5,
+            "rate": 0.1,
+            "trees": trees,
+            "threshold": 0.5,
+        }
+    )
+
+    def walk(tree: dict, row: np.ndarray) -> float:
+        node = 0
+        while tree["feature"][node] >= 0:
+            go_left = row[tree["feature"][node]] <= tree["threshold"][node]
+            node = tree["left"][node] if go_left else tree["right"][node]
+        return float(tree["value"][node])
+
+    x = np.random.default_rng(7).normal(scale=2.0, size=(200, 2))
+    x[:4] = [[0.5, -1.0], [0.5, 0.0], [2.0, 5.0], [2.1, -3.0]]  # exactly on thresholds: x <= t goes left
+    expected = [0.5 + 0.1 * sum(walk(t, row) for t in trees) for row in x]
+    np.testing.assert_allclose(model.raw(x), expected, rtol=0, atol=1e-12)
+    assert model.raw(x[:4]).tolist() == pytest.approx([0.5 + 0.1 * v for v in (21.25, 41.25, 59.25, 81.25)])
+
+
 async def test_missing_embedding_model_skips_embedding_metrics_but_not_faithfulness(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:

@@ -11,7 +11,7 @@ only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,31 +102,29 @@ class TreeEnsembleModel:
     rate: float
     trees: list[dict[str, np.ndarray]]
     threshold: float
+    _stacked: tuple[np.ndarray, ...] = field(init=False, repr=False, compare=False)
 
     def columns(self, all_names: tuple[str, ...]) -> list[int]:
         return [all_names.index(name) for name in self.feature_names]
 
+    def __post_init__(self) -> None:
+        self._stacked = _stack_trees(self.trees)
+
     def raw(self, x: np.ndarray) -> np.ndarray:
-        total = np.full(len(x), self.init)
-        rows = np.arange(len(x))
-        for tree in self.trees:
-            node = np.zeros(len(x), dtype=np.int64)
-            feature, threshold, left, right, value = (
-                tree["feature"],
-                tree["threshold"],
-                tree["left"],
-                tree["right"],
-                tree["value"],
-            )
-            while True:
-                active = feature[node] >= 0
-                if not active.any():
-                    break
-                f = np.where(active, feature[node], 0)
-                go_left = x[rows, f] <= threshold[node]
-                node = np.where(active, np.where(go_left, left[node], right[node]), node)
-            total += self.rate * value[node]
-        return total
+        """The log-odds: every tree walked at once, one step per depth level (a per-tree loop cost
+        the judge a third of its time per record)."""
+        feature, threshold, left, right, value = self._stacked
+        node = np.zeros((len(x), len(feature)), dtype=np.int64)
+        trees = np.arange(len(feature))
+        rows = np.arange(len(x))[:, None]
+        while True:
+            f = feature[trees, node]
+            active = f >= 0
+            if not active.any():
+                break
+            go_left = x[rows, np.where(active, f, 0)] <= threshold[trees, node]
+            node = np.where(active, np.where(go_left, left[trees, node], right[trees, node]), node)
+        return self.init + self.rate * value[trees, node].sum(axis=1)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """P(supported) for each row of ``x`` (columns in ``feature_names`` order)."""
@@ -169,6 +167,19 @@ class TreeEnsembleModel:
                 raise ValueError("local judge parameters: malformed tree")
             trees.append(tree)
         return cls(names, float(data["init"]), float(data["rate"]), trees, float(data["threshold"]))
+
+
+def _stack_trees(trees: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """The trees as (trees × nodes) arrays, shorter trees padded with leaves of value 0."""
+    width = max((len(t["feature"]) for t in trees), default=1)
+    out = []
+    for key, pad in (("feature", -2), ("threshold", 0.0), ("left", 0), ("right", 0), ("value", 0.0)):
+        dtype = np.int64 if key in ("feature", "left", "right") else np.float64
+        table = np.full((len(trees), width), pad, dtype=dtype)
+        for i, t in enumerate(trees):
+            table[i, : len(t[key])] = t[key]
+        out.append(table)
+    return tuple(out)
 
 
 def model_from_json(data: dict[str, Any]) -> LogisticModel | TreeEnsembleModel:
