@@ -142,7 +142,8 @@ def test_thresholds_table():
 
 def test_quality_alert_texts_name_the_service_pipeline_and_judge():
     """The on-call reads the summary first: it says which service, pipeline and judge (the alert's labels);
-    a command or link in an annotation that narrows to the pipeline narrows to the service too."""
+    a command or link in an annotation that narrows to the pipeline narrows to the service too, and a
+    ``results`` command to the judge (two judges of one metric are two alerts)."""
     for rule in alerts():
         if not rule["alert"].startswith(("RagFaithfulness", "RagQuality")):
             continue
@@ -152,15 +153,17 @@ def test_quality_alert_texts_name_the_service_pipeline_and_judge():
         for name, text in rule["annotations"].items():
             if "--pipeline" in text:
                 assert "--service {{ $labels.service }}" in text, f"{rule['alert']} {name}: no --service"
+                assert "--judge {{ $labels.judge }}" in text, f"{rule['alert']} {name}: no --judge"
             if "var-pipeline" in text:
                 assert "var-service={{ $labels.service }}" in text, f"{rule['alert']} {name}: no var-service"
 
 
-def test_runbooks_narrow_to_the_service_where_they_narrow_to_the_pipeline():
+def test_runbooks_narrow_to_the_service_and_judge_where_they_narrow_to_the_pipeline():
     for path in sorted((GRAFANA.parent / "docs" / "runbooks").glob("*.md")):
         for line in path.read_text().splitlines():
             if "--pipeline <pipeline>" in line:
                 assert "--service <service>" in line, f"{path.name}: {line.strip()}"
+                assert "--judge <judge>" in line, f"{path.name}: {line.strip()}"
             if "var-pipeline=<pipeline>" in line:
                 assert "var-service=<service>" in line, f"{path.name}: {line.strip()}"
 

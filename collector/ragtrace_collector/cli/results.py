@@ -4,13 +4,15 @@
     ragtrace-collector results --metric hallucination --above 0.3
     ragtrace-collector results --summary [--pipeline support] [--service checkout] [--since 1h] [--json]
     ragtrace-collector results --metric faithfulness --since 1h --service checkout
+    ragtrace-collector results --metric faithfulness --service checkout --pipeline support --judge local
     ragtrace-collector results --trace-id 4bf92f3577b34da6a3ce929d0e0e4736   (every metric of one trace)
 
 Reads the local results store (``export.results_path`` of the config, default
 ``<data_dir>/results.sqlite``; ``--store`` names the file directly). "Worst" follows the metric's
 direction: lowest first where higher is better, highest first where lower is better; the newest first
 among equal scores (a fresh incident shows before old records of the same score). ``--summary`` takes
-the same filters (--metric, --below, --above, --pipeline, --service, --since, --trace-id) as the listing.
+the same filters (--metric, --below, --above, --pipeline, --service, --judge, --since, --trace-id) as the
+listing.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--above", type=float, default=None, help="only scores strictly above this")
     parser.add_argument("--pipeline", default=None, help="only this pipeline")
     parser.add_argument("--service", default=None, help="only this service (the app's service.name)")
+    parser.add_argument(
+        "--judge", default=None, help="only results of this judge (the alert's judge label, e.g. local)"
+    )
     parser.add_argument(
         "--since",
         default=None,
@@ -169,6 +174,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 since=since,
                 service=args.service,
                 trace_id=args.trace_id,
+                judge=args.judge,
             )
         finally:
             store.close()
@@ -189,9 +195,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 since=since,
                 service=args.service,
                 trace_id=args.trace_id,
+                judge=args.judge,
             )
         else:  # one trace: every metric, any outcome
-            rows = store.results_of_trace(args.trace_id, since=since)[: args.limit]
+            rows = store.results_of_trace(args.trace_id, since=since, judge=args.judge)[: args.limit]
         if not rows and args.metric and args.metric not in store.metrics():
             known = ", ".join(store.metrics()) or "none yet"
             print(f"no results for metric {args.metric!r} (stored metrics: {printable(known)})", file=sys.stderr)

@@ -350,12 +350,21 @@ class ResultsStore:
         since: float | None = None,
         service: str | None = None,
         trace_id: str | None = None,
+        *,
+        judge: str | None = None,
     ) -> list[StoredResult]:
         """Scored rows of ``metric``, worst first (lowest score, or highest where lower is better), the newest
         first among equal scores; filtered to ``score < below`` and/or ``score > above``, stored at or after
-        ``since`` (unix seconds), of ``service`` and of ``trace_id``."""
+        ``since`` (unix seconds), of ``service``, of ``trace_id`` and scored by ``judge``."""
         clauses, params = _result_filter(
-            metric=metric, below=below, above=above, pipeline=pipeline, since=since, service=service, trace_id=trace_id
+            metric=metric,
+            below=below,
+            above=above,
+            pipeline=pipeline,
+            since=since,
+            service=service,
+            trace_id=trace_id,
+            judge=judge,
         )
         clauses.append("status = 'scored'")
         # "worst" follows each row's direction: ascending score when higher is better; then the newest
@@ -376,14 +385,23 @@ class ResultsStore:
         since: float | None = None,
         service: str | None = None,
         trace_id: str | None = None,
+        judge: str | None = None,
     ) -> list[dict[str, Any]]:
         """Per metric: results by status, mean score, and the sampling-weighted mean score (each
         record weighs 1 / its sampling probability, so it estimates the mean over all traffic).
 
         Filtered as :meth:`worst` filters: ``below``/``above`` keep only scores strictly past them (so no
-        skipped or failed result), ``since`` the results stored at or after it (unix seconds)."""
+        skipped or failed result), ``since`` the results stored at or after it (unix seconds), ``judge`` the
+        results of that judge."""
         clauses, filter_params = _result_filter(
-            metric=metric, below=below, above=above, pipeline=pipeline, since=since, service=service, trace_id=trace_id
+            metric=metric,
+            below=below,
+            above=above,
+            pipeline=pipeline,
+            since=since,
+            service=service,
+            trace_id=trace_id,
+            judge=judge,
         )
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params = tuple(filter_params)
@@ -415,13 +433,13 @@ class ResultsStore:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT metric FROM results ORDER BY metric")]
 
-    def results_of_trace(self, trace_id: str, since: float | None = None) -> list[StoredResult]:
-        """Every result of one trace (all metrics, any status), newest first."""
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE trace_id = ?"
-        params: list[Any] = [trace_id]
-        if since is not None:
-            sql += " AND scored_at >= ?"
-            params.append(float(since))
+    def results_of_trace(
+        self, trace_id: str, since: float | None = None, judge: str | None = None
+    ) -> list[StoredResult]:
+        """Every result of one trace (all metrics, any status), newest first; stored at or after ``since``
+        (unix seconds) and of ``judge`` where given."""
+        clauses, params = _result_filter(trace_id=trace_id, since=since, judge=judge)
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE {' AND '.join(clauses)}"
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY scored_at DESC, metric", params).fetchall()
         return [_row(r) for r in rows]
@@ -598,11 +616,19 @@ def _result_filter(
     since: float | None = None,
     service: str | None = None,
     trace_id: str | None = None,
+    judge: str | None = None,
 ) -> tuple[list[str], list[Any]]:
-    """The conditions (over ``results``) of ``results``' filters, one place for the listing and the summary."""
+    """The conditions (over ``results``) of ``results``' filters, one place for the listing, the summary and
+    one trace's results."""
     clauses: list[str] = []
     params: list[Any] = []
-    for column, value in (("metric", metric), ("pipeline", pipeline), ("service", service), ("trace_id", trace_id)):
+    for column, value in (
+        ("metric", metric),
+        ("pipeline", pipeline),
+        ("service", service),
+        ("trace_id", trace_id),
+        ("judge", judge),
+    ):
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)

@@ -200,6 +200,42 @@ def test_summary_honours_the_listing_filters(tmp_path):
     assert "faithfulness" in table.getvalue()
 
 
+def test_judge_narrows_the_listing_the_summary_and_one_trace(tmp_path):
+    """An alert is per judge: ``--judge`` keeps its judge's results when two judges score the same metric."""
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    for i, (score, judge) in enumerate([(0.2, "local"), (0.3, "gpt-4o"), (0.4, "local")]):
+        record = RagRecord(trace_id=f"{i + 1:032x}", service="web", pipeline="support", user_input=f"q{i}")
+        store.add(record, [MetricResult("faithfulness", "scored", score)], judge)
+    shared = RagRecord(trace_id=f"{9:032x}", service="web", pipeline="support", user_input="q9")
+    store.add(shared, [MetricResult("faithfulness", "scored", 0.6)], "local")
+    store.add(shared, [MetricResult("answer_relevancy", "scored", 0.7)], "gpt-4o")
+    store.close()
+    narrowed = ["--service", "web", "--pipeline", "support", "--store", str(path)]
+
+    out = io.StringIO()
+    listing = ["--metric", "faithfulness", "--below", "0.5", *narrowed]
+    assert results_cmd.run(parse([*listing, "--judge", "local"]), out) == 0
+    lines = [line for line in out.getvalue().splitlines() if "trace_id=" in line]
+    assert [line.split()[0] for line in lines] == ["0.200", "0.400"]
+    assert all("judge=local" in line for line in lines) and "judge=gpt-4o" not in out.getvalue()
+
+    everyone = io.StringIO()
+    assert results_cmd.run(parse(listing), everyone) == 0
+    assert "judge=gpt-4o" in everyone.getvalue() and "0.300" in everyone.getvalue()
+
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--summary", "--json", *narrowed, "--judge", "gpt-4o"]), out) == 0
+    summary = {r["metric"]: r["scored"] for r in map(json.loads, out.getvalue().splitlines())}
+    assert summary == {"answer_relevancy": 1, "faithfulness": 1}
+
+    out = io.StringIO()
+    one_trace = ["--trace-id", f"{9:032x}", "--json", "--store", str(path)]
+    assert results_cmd.run(parse([*one_trace, "--judge", "gpt-4o"]), out) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["metric"], r["judge"]) for r in rows] == [("answer_relevancy", "gpt-4o")]
+
+
 def test_summary_rejects_a_bad_since(tmp_path, capsys):
     path = tmp_path / "r.sqlite"
     fill_services(path)

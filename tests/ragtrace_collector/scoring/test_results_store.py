@@ -56,6 +56,44 @@ def test_worst_first_with_threshold_and_direction(tmp_path):
     assert store.worst("faithfulness", pipeline="other") == []
 
 
+def test_judge_filter_of_worst_summary_and_one_trace(tmp_path):
+    """Two judges score the same metric (an alert is per judge): ``judge=`` keeps only that judge's rows."""
+    store = ResultsStore(tmp_path / "r.sqlite")
+    for i, (score, judge) in enumerate([(0.4, "local"), (0.8, "local"), (0.3, "gpt-4o"), (0.9, "gpt-4o")]):
+        store.add(rec(i), [MetricResult("faithfulness", "scored", score)], judge)
+    # one trace scored by both judges: each its own metric (a record holds one result per metric)
+    both = rec(5)
+    store.add(both, [MetricResult("faithfulness", "scored", 0.5)], "local")
+    store.add(both, [MetricResult("answer_relevancy", "scored", 0.6)], "gpt-4o")
+
+    def judged(rows):
+        return sorted((r.judge, r.score) for r in rows)
+
+    assert judged(store.worst("faithfulness", judge="local")) == [("local", 0.4), ("local", 0.5), ("local", 0.8)]
+    assert judged(store.worst("faithfulness", judge="gpt-4o")) == [("gpt-4o", 0.3), ("gpt-4o", 0.9)]
+    assert [r.score for r in store.worst("faithfulness", below=0.45, judge="gpt-4o")] == [0.3]
+    assert judged(store.worst("faithfulness")) == sorted(
+        judged(store.worst("faithfulness", judge="local")) + judged(store.worst("faithfulness", judge="gpt-4o"))
+    )  # without the filter, both judges' rows
+    assert store.worst("faithfulness", judge="nobody") == []
+
+    def counted(**filters):
+        return {m["metric"]: (m["scored"], round(m["mean"], 3)) for m in store.summary(**filters)}
+
+    assert counted(judge="local") == {"faithfulness": (3, round((0.4 + 0.8 + 0.5) / 3, 3))}
+    assert counted(judge="gpt-4o") == {"answer_relevancy": (1, 0.6), "faithfulness": (2, 0.6)}
+    assert counted() == {"answer_relevancy": (1, 0.6), "faithfulness": (5, 0.58)}
+
+    assert [(r.metric, r.judge) for r in store.results_of_trace(both.trace_id, judge="local")] == [
+        ("faithfulness", "local")
+    ]
+    assert [(r.metric, r.judge) for r in store.results_of_trace(both.trace_id, judge="gpt-4o")] == [
+        ("answer_relevancy", "gpt-4o")
+    ]
+    assert sorted(r.judge for r in store.results_of_trace(both.trace_id)) == ["gpt-4o", "local"]
+    assert store.results_of_trace(both.trace_id, since=0.0, judge="nobody") == []
+
+
 def test_unsupported_claims_from_either_details_shape():
     from ragtrace_collector.model.result import unsupported_claims
 
