@@ -109,15 +109,48 @@ def test_one_incident_one_page(alertmanager):
     assert states == expected
 
 
-def test_pages_of_one_pipeline_are_one_group():
-    """amtool's route test: every paging alert of a pipeline lands in one group keyed by the pipeline."""
-    amtool = require("amtool", "prometheus-alertmanager")
+def _groups(url: str) -> dict[tuple[str, str], list[str]]:
+    """Alertmanager's notification groups: (service, pipeline) of the group's labels -> its alert names."""
+    with urllib.request.urlopen(url + "/api/v2/alerts/groups", timeout=5) as resp:
+        groups = json.loads(resp.read())
+    return {
+        (g["labels"].get("service", ""), g["labels"].get("pipeline", "")): sorted(
+            a["labels"]["alertname"] for a in g["alerts"]
+        )
+        for g in groups
+        if g["labels"].get("pipeline", "").startswith("billing")
+    }
+
+
+def test_pages_group_per_service_and_pipeline(alertmanager):
+    """One notification group (one PagerDuty incident) per service and pipeline for the pages; two services
+    sharing a pipeline are two incidents, as the inhibit rules treat them."""
     page = yaml.safe_load(CONFIG.read_text())["route"]["routes"][0]
-    assert page["matchers"] == ['severity="page"'] and page["group_by"] == ["pipeline"]
+    assert page["matchers"] == ['severity="page"'] and page["group_by"] == ["service", "pipeline"]
+    billing = {"pipeline": "billing", "judge": "local", "metric": "faithfulness"}
+    _post(
+        alertmanager,
+        [
+            _alert("RagFaithfulnessLow", "page", service="web", **billing),
+            _alert("RagFaithfulnessDropped", "page", service="web", **billing),
+            _alert("RagFaithfulnessDropped", "page", service="batch", **billing),
+            _alert("RagFaithfulnessLow", "page", service="web", **{**billing, "pipeline": "billing-v2"}),
+        ],
+    )
+    expected = {
+        ("web", "billing"): ["RagFaithfulnessDropped", "RagFaithfulnessLow"],
+        ("batch", "billing"): ["RagFaithfulnessDropped"],
+        ("web", "billing-v2"): ["RagFaithfulnessLow"],
+    }
+    deadline = time.monotonic() + 20
+    while (groups := _groups(alertmanager)) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert groups == expected
+    amtool = require("amtool", "prometheus-alertmanager")
     for name in ("RagFaithfulnessLow", "RagFaithfulnessDropped"):
         argv = [amtool, "config", "routes", "test", f"--config.file={CONFIG}", "--verify.receivers=default"]
         out = subprocess.run(
-            [*argv, f"alertname={name}", "severity=page", "pipeline=support"],
+            [*argv, f"alertname={name}", "severity=page", "service=web", "pipeline=support"],
             capture_output=True,
             text=True,
             timeout=30,
