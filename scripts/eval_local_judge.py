@@ -84,6 +84,7 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
     labels, faithfulness, min_conf, skipped, generators = [], [], [], 0, []
     claim_p: list[float] = []
     claim_y: list[int] = []
+    judged: list[tuple[dict, list[str], list]] = []
     start = time.perf_counter()
     for row in rows:
         claims = await judge.extract_claims(row["user_input"], row["response"])
@@ -95,6 +96,9 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
         generators.append(str(row.get("generator_model") or "unknown"))
         faithfulness.append(sum(v.verdict == "yes" for v in verdicts) / len(verdicts))
         min_conf.append(min(v.confidence for v in verdicts))
+        judged.append((row, claims, verdicts))
+    elapsed = time.perf_counter() - start  # the judge's time only: the labels below are the evaluation's
+    for row, claims, verdicts in judged:
         if row.get("spans") is not None:  # claim labels: RAGTruth's hallucinated spans (the judge's own claims)
             spans = T.claims(row["response"])
             if [c.text for c in spans] == list(claims):
@@ -102,7 +106,6 @@ async def evaluate(rows: list[dict], judge: LocalJudge) -> dict:
                     if label is not None:
                         claim_y.append(1 - int(label))  # 1 = unsupported
                         claim_p.append(float(v.confidence))
-    elapsed = time.perf_counter() - start
     y = np.asarray(labels)
     f = np.asarray(faithfulness)
     mc = np.asarray(min_conf)
