@@ -1,9 +1,9 @@
 """The embedded judge's speed, side by side in one run.
 
-    python3 bench/local_judge.py [--rows 300] [--rounds 3]
+    python3 bench/local_judge.py [--rows 300] [--rounds 3] [--generator llama-2-7b-chat]
 
 Two comparisons on the same RAGTruth QA rows (``../shared/data``; training-fold rows, since only speed
-is measured):
+is measured, taken at an even stride so that every generator's answers are in their share):
 
 - the feature model alone (``local_judge.model: features``) against the default cascade (the feature
   model, then the int8 cross-encoder for the claims it is unsure of): each round scores every row with
@@ -49,8 +49,12 @@ def one_tree_at_a_time(model: Any, x: np.ndarray) -> np.ndarray:
     return total
 
 
-def training_rows(limit: int) -> list[dict]:
-    """RAGTruth QA rows outside the held-out split (buckets 20..99 of the question hash)."""
+def training_rows(limit: int, generator: str | None = None) -> list[dict]:
+    """RAGTruth QA rows outside the held-out split (buckets 20..99 of the question hash), spread evenly.
+
+    The file is grouped by generator (llama-2-7b-chat's long answers first), so the rows are taken at
+    an even stride across it: every generator in its share, as the held-out evaluation sees them.
+    """
     import json
 
     rows = []
@@ -58,11 +62,12 @@ def training_rows(limit: int) -> list[dict]:
         for line in fh:
             row = json.loads(line)
             bucket = int(hashlib.sha1(row["user_input"].strip().lower().encode()).hexdigest()[:8], 16) % 100
-            if bucket >= 20 and row.get("retrieved_contexts"):
+            if bucket >= 20 and row.get("retrieved_contexts") and generator in (None, row["generator_model"]):
                 rows.append(row)
-            if len(rows) >= limit:
-                break
-    return rows
+    if not rows:
+        raise SystemExit(f"no training-fold rows from generator {generator!r}")
+    stride = max(1, len(rows) // limit)
+    return rows[::stride][:limit]
 
 
 async def score(judge: Any, rows: list[dict]) -> float:
@@ -135,11 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--generator", help="only this generator's answers (e.g. llama-2-7b-chat, the longest)")
     args = parser.parse_args(argv)
     if not DATA.is_file():
         print(f"no data at {DATA}: nothing to measure", file=sys.stderr)
         return 0
-    rows = training_rows(args.rows)
+    rows = training_rows(args.rows, args.generator)
     asyncio.run(judges(rows, args.rounds))
     trees(rows, args.rounds)
     return 0
