@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data" / "ragtruth-qa-dev.jsonl"
+DATA_DIR = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def one_tree_at_a_time(model: Any, x: np.ndarray) -> np.ndarray:
@@ -50,20 +50,18 @@ def one_tree_at_a_time(model: Any, x: np.ndarray) -> np.ndarray:
 
 
 def training_rows(limit: int, generator: str | None = None) -> list[dict]:
-    """RAGTruth QA rows outside the held-out split (buckets 20..99 of the question hash), spread evenly.
+    """RAGTruth QA rows outside the held-out split (``train_local_judge.split_of``), spread evenly.
 
     The file is grouped by generator (llama-2-7b-chat's long answers first), so the rows are taken at
     an even stride across it: every generator in its share, as the held-out evaluation sees them.
     """
-    import json
+    from train_local_judge import RAGTRUTH, load, split_of
 
-    rows = []
-    with DATA.open() as fh:
-        for line in fh:
-            row = json.loads(line)
-            bucket = int(hashlib.sha1(row["user_input"].strip().lower().encode()).hexdigest()[:8], 16) % 100
-            if bucket >= 20 and row.get("retrieved_contexts") and generator in (None, row["generator_model"]):
-                rows.append(row)
+    rows = [
+        row
+        for row in load(DATA_DIR, RAGTRUTH)
+        if split_of(row) == "train" and row.get("retrieved_contexts") and generator in (None, row["generator_model"])
+    ]
     if not rows:
         raise SystemExit(f"no training-fold rows from generator {generator!r}")
     stride = max(1, len(rows) // limit)
@@ -142,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--generator", help="only this generator's answers (e.g. llama-2-7b-chat, the longest)")
     args = parser.parse_args(argv)
-    if not DATA.is_file():
-        print(f"no data at {DATA}: nothing to measure", file=sys.stderr)
+    if not (DATA_DIR / "ragtruth-qa-dev.jsonl").is_file():
+        print(f"no RAGTruth QA data in {DATA_DIR}: nothing to measure", file=sys.stderr)
         return 0
     rows = training_rows(args.rows, args.generator)
     asyncio.run(judges(rows, args.rounds))

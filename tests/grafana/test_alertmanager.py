@@ -10,8 +10,10 @@ import json
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -20,6 +22,7 @@ from tests.support.binaries import require
 from tests.support.net import free_port, wait_for_port
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "deploy" / "alertmanager.yml"
@@ -76,6 +79,14 @@ def _states(url: str) -> dict[tuple[str, str, str, str], str]:
     }
 
 
+def _settled(read: Callable[[], T], expected: T, timeout: float = 20) -> T:
+    """What ``read`` returns once it equals ``expected``, or its last answer after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
+
+
 def test_one_incident_one_page(alertmanager):
     support = {"service": "shop", "pipeline": "support", "judge": "local"}
     _post(
@@ -103,10 +114,8 @@ def test_one_incident_one_page(alertmanager):
         ("RagQualityLow", "context_precision", "shop", "support"): "active",
         ("RagQualityDropped", "context_precision", "shop", "support"): "suppressed",
     }
-    deadline = time.monotonic() + 20
-    while (states := _states(alertmanager)) != expected and time.monotonic() < deadline:
-        time.sleep(0.2)  # the inhibitor learns of new source alerts asynchronously
-    assert states == expected
+    # the inhibitor learns of new source alerts asynchronously
+    assert _settled(lambda: _states(alertmanager), expected) == expected
 
 
 def _groups(url: str) -> dict[tuple[str, str], list[str]]:
@@ -142,10 +151,7 @@ def test_pages_group_per_service_and_pipeline(alertmanager):
         ("batch", "billing"): ["RagFaithfulnessDropped"],
         ("web", "billing-v2"): ["RagFaithfulnessLow"],
     }
-    deadline = time.monotonic() + 20
-    while (groups := _groups(alertmanager)) != expected and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert groups == expected
+    assert _settled(lambda: _groups(alertmanager), expected) == expected
     amtool = require("amtool", "prometheus-alertmanager")
     for name in ("RagFaithfulnessLow", "RagFaithfulnessDropped"):
         argv = [amtool, "config", "routes", "test", f"--config.file={CONFIG}", "--verify.receivers=default"]
