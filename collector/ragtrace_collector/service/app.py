@@ -22,7 +22,7 @@ from prometheus_client.exposition import choose_encoder
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.exporter.forward import Forwarder
-from ragtrace_collector.processor.assembly.assembler import Assembler, state_from_config
+from ragtrace_collector.processor.assembly.assembler import Assembler, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from ragtrace_collector.processor.sweep import Sweeper
@@ -110,7 +110,7 @@ class CollectorApp:
             self.assembler = Assembler(
                 state_from_config(cfg.assembly),
                 observer=self.metrics,
-                duplicate_window=cfg.assembly.duplicate_call_window_seconds,
+                pairing=pairing_from_config(cfg.assembly),
             )
             self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
             self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
@@ -239,6 +239,7 @@ class CollectorApp:
             await asyncio.to_thread(self.explorer.close)
         if self.assembler is not None:
             self.assembler.state.close()
+            self.assembler.pairing.close()
         if self.budget is not None:
             self.budget.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ragtrace_collector.model.spans import EVENT_TIME, DecodedRequest, SpanData
 from ragtrace_collector.processor.assembly.assembler import REASON_DUPLICATE_CALL, Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.assembly.pairing import InMemoryPairingState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT
 
 S = 1_000_000_000  # ns
@@ -84,7 +85,7 @@ def batch(*traces: list[SpanData]) -> DecodedRequest:
 def make(window: float = 10.0) -> tuple[Assembler, Clock, Observer]:
     clock, obs = Clock(), Observer()
     state = InMemoryAssemblyState(grace_seconds=2.0, max_wait_seconds=60.0)
-    return Assembler(state, observer=obs, clock=clock, duplicate_window=window), clock, obs
+    return Assembler(state, observer=obs, clock=clock, pairing=InMemoryPairingState(window)), clock, obs
 
 
 T1, B1 = "a" * 32, "b" * 32

@@ -16,8 +16,7 @@ nested in requests and traces of a bare model call, a completed bare call is hel
 ``duplicate_call_window_seconds``) until a request of the same service shows a generator span that was sent the
 same prompt and encloses it in time; its spans then join that request's trace (merged, when both complete in the
 same sweep) or are dropped (the request's record already left). Either way it completes under the reason
-``duplicate_llm_call``. Pairing is per process: with shared Redis state the two may complete in different
-receivers, and the bare call then makes its own record after the window.
+``duplicate_llm_call``.
 
 One request traced as two traces, its retrieval in one and the model call it fed in another (OpenLIT's LangChain
 instrumentation, see ``conventions/halves.py``), makes one record too: in a service that writes traces starting
@@ -26,12 +25,16 @@ only called a model, of the same service, shows every retrieved passage in its p
 retrieval ended; the call's spans then join the retrieval's trace, the call's trace completing under the reason
 ``split_request``. A retrieval that fed no call is released as its own record after the window; a call whose
 retrieval completed in a later sweep than it is not joined.
+
+What these joins remember between sweeps (services' marks, the calls of requests that left, held retrievals) is
+behind :class:`~ragtrace_collector.processor.assembly.pairing.PairingState`: with shared Redis state the two traces
+of one request may complete in different receivers, so the Redis implementation shares that memory too.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
@@ -40,6 +43,14 @@ from ragtrace_collector.config import AssemblyConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.assembly.pairing import (
+    MARK_BARE,
+    MARK_NESTED,
+    MAX_HELD,
+    HeldRetrieval,
+    InMemoryPairingState,
+    PairingState,
+)
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
 from ragtrace_collector.processor.conventions import build_record, duplicates, halves, is_request
 
@@ -50,11 +61,6 @@ REASON_NO_REQUEST = "no_request"
 REASON_DUPLICATE_CALL = "duplicate_llm_call"
 # Completion reason of a trace holding the model-call half of a request whose retrieval was traced apart (joined).
 REASON_SPLIT_REQUEST = "split_request"
-_DEFAULTS = AssemblyConfig()
-_SERVICE_MEMORY_SECONDS = 3600.0  # a service keeps its mark (nested generators, bare calls) this long after the last
-_MAX_SERVICES = 10_000  # services marked at once (least recently seen go first)
-_MAX_CALLS = 50_000  # framework model calls remembered for pairing (oldest go first)
-_MAX_HELD = 10_000  # bare calls held back at once (past it the oldest is released as a record)
 
 
 class AssemblyObserver(Protocol):
@@ -83,6 +89,16 @@ def state_from_config(assembly_config: AssemblyConfig) -> AssemblyState:
     )
 
 
+def pairing_from_config(assembly_config: AssemblyConfig) -> PairingState:
+    """This process's pairing memory, or the Redis one beside the shared in-flight state (``shared_state``)."""
+    if assembly_config.shared_state:
+        # imported here so a collector without scale-out never imports the redis client
+        from ragtrace_collector.processor.assembly.redis_pairing import RedisPairingState
+
+        return RedisPairingState(assembly_config.shared_state, window=assembly_config.duplicate_call_window_seconds)
+    return InMemoryPairingState(window=assembly_config.duplicate_call_window_seconds)
+
+
 class Assembler:
     """Feeds decoded requests into an :class:`AssemblyState` and turns completed traces into records.
 
@@ -96,22 +112,16 @@ class Assembler:
         observer: AssemblyObserver | None = None,
         builder: Callable[..., RagRecord] = build_record,
         clock: Callable[[], float] = time.monotonic,
-        duplicate_window: float = _DEFAULTS.duplicate_call_window_seconds,
+        pairing: PairingState | None = None,
     ) -> None:
         self.state = state
         self.observer = observer
         self.builder = builder
         self.clock = clock
-        self.duplicate_window = duplicate_window
+        self.pairing = pairing if pairing is not None else InMemoryPairingState()
         self._evicted: list[CompletedTrace] = []
-        # services seen (when) writing generator spans nested in a request / traces that are one bare model call
-        self._nested: OrderedDict[str | None, float] = OrderedDict()
-        self._bare: OrderedDict[str | None, float] = OrderedDict()
-        # model calls of completed requests (of services writing both), by (service, prompt): (when seen, call)
-        self._calls: dict[tuple[str | None, str], list[tuple[float, duplicates.ModelCall]]] = {}
-        self._call_order: deque[tuple[float, tuple[str | None, str]]] = deque()
+        # bare calls completed here, waiting for the request that made the same call: (since, trace, call)
         self._held: OrderedDict[str, tuple[float, CompletedTrace, duplicates.ModelCall]] = OrderedDict()
-        self._held_retrievals: OrderedDict[str, tuple[float, CompletedTrace, halves.RetrievalHalf]] = OrderedDict()
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
@@ -124,7 +134,7 @@ class Assembler:
                 if not s.parent_id or s.attrs.get(RAGTRACE_SPAN_ROLE) == ROLE_PIPELINE:
                     root = True
                 if duplicates.is_generator(s.attrs):
-                    _mark(self._nested if s.parent_id else self._bare, s.service, now)
+                    self.pairing.mark(MARK_NESTED if s.parent_id else MARK_BARE, s.service, now)
             result = self.state.add(trace_id, spans, nbytes, root, now)
             late += result.late_spans
             if result.evicted:
@@ -141,11 +151,14 @@ class Assembler:
         else:
             out.extend(self.state.pop_due(self.clock(), limit))
         requests = [c for c in out if is_request(c.spans)]
+        self.pairing.sync(self.clock())
         if self.observer is not None:
             for _ in range(len(out) - len(requests)):
                 self.observer.trace_completed(REASON_NO_REQUEST)
-        requests = self._pair_duplicate_calls(requests, everything)
-        requests, joined = self._join_halves(requests, everything)
+        # only services writing traces that start with a model call can trace one request twice
+        bare = self.pairing.marked(MARK_BARE, self.clock()) if requests or self._held else set()
+        requests = self._pair_duplicate_calls(requests, bare, everything)
+        requests, joined = self._join_halves(requests, bare, everything)
         if self.observer is not None:
             for c in requests:
                 self.observer.trace_completed(c.reason)
@@ -154,108 +167,74 @@ class Assembler:
             self.observer.inflight(*self.state.inflight())
         return requests
 
-    def _pair_duplicate_calls(self, requests: list[CompletedTrace], everything: bool) -> list[CompletedTrace]:
+    def _pair_duplicate_calls(
+        self, requests: list[CompletedTrace], bare: set[str | None], everything: bool
+    ) -> list[CompletedTrace]:
         """``requests`` less the bare model calls repeating a request's call (merged into it, or dropped when its
         record already left) and less those held back for their request, plus the held ones whose window passed;
         the pairings reported under ``duplicate_llm_call`` (the traces returned are reported by the caller)."""
         now = self.clock()
-        _forget(self._nested, now)
-        _forget(self._bare, now)
-        out: list[CompletedTrace] = []
         pending = list(self._held.values())
         self._held.clear()
-        mixed = self._nested.keys() & self._bare.keys()  # services writing both: only there can a call be twice
+        if not requests and not pending:
+            return []
+        # services writing both kinds of trace: only there can one call be traced twice
+        mixed = self.pairing.marked(MARK_NESTED, now) & bare if bare else set()
+        out: list[CompletedTrace] = []
         for c in requests:
-            call = duplicates.bare_call(c.spans) if mixed and _service_of(c) in mixed else None
+            call = duplicates.bare_call(c.spans) if _service_of(c) in mixed else None
             if call is not None:
                 pending.append((now, c, call))
             else:
                 out.append(c)
         unbuilt = {c.trace_id: c for c in out if _service_of(c) in mixed}
-        for c in unbuilt.values():
-            for framework_call in duplicates.framework_calls(c.spans):
-                self._remember(framework_call, now)
-        self._expire_calls(now)
+        self.pairing.remember([call for c in unbuilt.values() for call in duplicates.framework_calls(c.spans)], now)
         paired = 0
         for since, c, call in pending:
-            twin = self._take_twin(call)
+            twin = self.pairing.take_twin(call, now)
             if twin is not None:
                 owner = unbuilt.get(twin.trace_id)
                 if owner is not None:
                     owner.spans.extend(duplicates.adopt(c.spans, call, twin))
                 paired += 1
-            elif everything or now - since >= self.duplicate_window:
+            elif everything or now - since >= self.pairing.window:
                 out.append(c)
             else:
                 self._held[c.trace_id] = (since, c, call)
-        while len(self._held) > _MAX_HELD:
+        while len(self._held) > MAX_HELD:
             out.append(self._held.popitem(last=False)[1][1])
         if self.observer is not None:
             for _ in range(paired):
                 self.observer.trace_completed(REASON_DUPLICATE_CALL)
         return out
 
-    def _join_halves(self, requests: list[CompletedTrace], everything: bool) -> tuple[list[CompletedTrace], int]:
+    def _join_halves(
+        self, requests: list[CompletedTrace], bare: set[str | None], everything: bool
+    ) -> tuple[list[CompletedTrace], int]:
         """``requests`` with each model call that a held or completing retrieval fed joined into that retrieval's
         trace (see the module docs), less the retrievals held back for their call, plus the held ones whose window
         passed; and how many were joined."""
         now = self.clock()
-        pending = list(self._held_retrievals.values())
-        self._held_retrievals.clear()
         out: list[CompletedTrace] = []
+        held: list[HeldRetrieval] = []
         for c in requests:  # only services whose traces start with a model call can split a request so
-            half = halves.retrieval_half(c.trace_id, c.spans) if _service_of(c) in self._bare else None
+            half = halves.retrieval_half(c.trace_id, c.spans) if _service_of(c) in bare else None
             if half is not None:
-                pending.append((now, c, half))
+                held.append(HeldRetrieval(c, half))
             else:
                 out.append(c)
+        if held:
+            self.pairing.hold(held, now)
         joined = 0
         for i, c in enumerate(out):
-            if not pending:
-                break
-            answer = halves.answer_half(c.trace_id, c.spans)
-            fed = [p for p in pending if answer is not None and halves.fed(p[2], answer)]
-            if fed:
-                source = max(fed, key=lambda p: p[2].end)  # the latest retrieval before the call
-                pending.remove(source)
-                retrieval = source[1]
+            answer = halves.answer_half(c.trace_id, c.spans) if _service_of(c) in bare else None
+            retrieval = self.pairing.take_fed(answer) if answer is not None else None
+            if retrieval is not None:
                 spans = halves.join(retrieval.spans, c.spans, retrieval.trace_id)
                 out[i] = CompletedTrace(retrieval.trace_id, spans, retrieval.reason)
                 joined += 1
-        for since, c, half in pending:
-            if everything or now - since >= self.duplicate_window:
-                out.append(c)
-            else:
-                self._held_retrievals[c.trace_id] = (since, c, half)
-        while len(self._held_retrievals) > _MAX_HELD:
-            out.append(self._held_retrievals.popitem(last=False)[1][1])
+        out.extend(self.pairing.release(now, everything))
         return out, joined
-
-    def _remember(self, call: duplicates.ModelCall, now: float) -> None:
-        key = (call.service, call.prompt)
-        self._calls.setdefault(key, []).append((now, call))
-        self._call_order.append((now, key))
-
-    def _take_twin(self, bare: duplicates.ModelCall) -> duplicates.ModelCall | None:
-        """The remembered framework call ``bare`` repeats (used once), if any."""
-        entries = self._calls.get((bare.service, bare.prompt))
-        for i, (_, call) in enumerate(entries or ()):
-            if call.trace_id != bare.trace_id and duplicates.encloses(call, bare):
-                assert entries is not None
-                del entries[i]
-                return call
-        return None
-
-    def _expire_calls(self, now: float) -> None:
-        """Forget framework calls older than the window (and the oldest past :data:`_MAX_CALLS`)."""
-        horizon = now - max(self.duplicate_window, 0.0) * 2
-        while self._call_order and (self._call_order[0][0] < horizon or len(self._call_order) > _MAX_CALLS):
-            seen, key = self._call_order.popleft()
-            entries = self._calls.get(key)
-            if entries:
-                self._calls[key] = [e for e in entries if e[0] != seen]
-                if not self._calls[key]:
-                    del self._calls[key]
 
     def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
         """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""
@@ -271,23 +250,6 @@ class Assembler:
     def collect(self, limit: int | None = None, everything: bool = False) -> list[RagRecord]:
         """Build the records of every completed trace."""
         return [self.build(c) for c in self.completed(limit, everything)]
-
-
-def _mark(services: OrderedDict[str | None, float], service: str | None, now: float) -> None:
-    """Note that ``service`` was seen now (most recent last, bounded)."""
-    services[service] = now
-    services.move_to_end(service)
-    if len(services) > _MAX_SERVICES:
-        services.popitem(last=False)
-
-
-def _forget(services: OrderedDict[str | None, float], now: float) -> None:
-    """Drop the marks of services not seen for :data:`_SERVICE_MEMORY_SECONDS`."""
-    while services:
-        seen = next(iter(services.values()))
-        if now - seen < _SERVICE_MEMORY_SECONDS:
-            break
-        services.popitem(last=False)
 
 
 def _service_of(completed: CompletedTrace) -> str | None:
