@@ -56,10 +56,12 @@ def captured_traces(setup: str) -> dict[str, list[SpanData]]:
     return traces
 
 
-def receiver(url: str, window: float = 10.0, retry_interval: float = 1.0) -> tuple[Assembler, Observer]:
+def receiver(
+    url: str, window: float = 10.0, settle: float = 1.0, retry_interval: float = 1.0
+) -> tuple[Assembler, Observer]:
     obs = Observer()
     state = RedisAssemblyState(url, grace_seconds=GRACE, max_wait_seconds=30.0, retry_interval=retry_interval)
-    pairing = RedisPairingState(url, window=window, retry_interval=retry_interval)
+    pairing = RedisPairingState(url, window=window, settle=settle, retry_interval=retry_interval)
     return Assembler(state, observer=obs, pairing=pairing), obs
 
 
@@ -95,14 +97,36 @@ def test_openlit_halves_completed_by_two_receivers_join(url):
     assert a.collect(everything=True) == [] and b.collect(everything=True) == []  # nothing left held
 
 
+def test_a_call_completed_before_another_receiver_held_its_retrieval_keeps_looking(url):
+    """The race the settle time closes: b completes the model calls while a is still between taking their
+    retrievals and holding them (here: before a's sweep); b's next sweep finds them held and joins."""
+    traces = captured_traces("openlit_langchain")
+    retrievals = [(t, s) for t, s in traces.items() if halves.retrieval_half(t, s)]
+    answers = [(t, s) for t, s in traces.items() if halves.answer_half(t, s)]
+    (a, _), (b, obs_b) = receiver(url), receiver(url)
+    send(b, answers)
+    time.sleep(0.01)
+    send(a, retrievals)
+    a.collect()  # shares a's marks (nothing due yet)
+    time.sleep(GRACE + 0.05)
+    assert b.collect(limit=QUESTIONS) == []  # the calls: no retrieval held yet, so they keep looking
+    assert a.collect() == []  # the retrievals: held
+    records = b.collect()
+    assert sorted(r.trace_id for r in records) == sorted(t for t, _ in retrievals)
+    assert all(len(r.retrieved_contexts) == 3 and r.response for r in records)
+    assert obs_b.completed.count(REASON_SPLIT_REQUEST) == QUESTIONS
+
+
 def test_a_retrieval_no_call_took_is_released_once_by_either_receiver(url):
     traces = captured_traces("openlit_langchain")
     retrievals = [(t, s) for t, s in traces.items() if halves.retrieval_half(t, s)]
     answers = [(t, s) for t, s in traces.items() if halves.answer_half(t, s)]
-    (a, _), (b, _) = receiver(url, window=0.5), receiver(url, window=0.5)
+    (a, _), (b, _) = receiver(url, window=0.5, settle=0.2), receiver(url, window=0.5, settle=0.2)
     send(b, answers[:1])  # b sees the service start traces with a model call: its mark is shared
     time.sleep(GRACE + 0.05)
-    assert [r.trace_id for r in b.collect()] == [answers[0][0]]  # its retrieval never came: a record alone
+    assert b.collect() == []  # the call looks for its retrieval a little longer (another receiver may hold it)
+    time.sleep(0.2)
+    assert [r.trace_id for r in b.collect()] == [answers[0][0]]  # it never came: a record alone
     send(a, retrievals[1:2])
     time.sleep(GRACE + 0.05)
     assert a.collect() == []  # held for the window

@@ -122,6 +122,8 @@ class Assembler:
         self._evicted: list[CompletedTrace] = []
         # bare calls completed here, waiting for the request that made the same call: (since, trace, call)
         self._held: OrderedDict[str, tuple[float, CompletedTrace, duplicates.ModelCall]] = OrderedDict()
+        # model calls completed here whose retrieval another receiver may be about to hold: (since, trace, half)
+        self._answers: OrderedDict[str, tuple[float, CompletedTrace, halves.AnswerHalf]] = OrderedDict()
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
@@ -156,7 +158,7 @@ class Assembler:
             for _ in range(len(out) - len(requests)):
                 self.observer.trace_completed(REASON_NO_REQUEST)
         # only services writing traces that start with a model call can trace one request twice
-        bare = self.pairing.marked(MARK_BARE, self.clock()) if requests or self._held else set()
+        bare = self.pairing.marked(MARK_BARE, self.clock()) if requests or self._held or self._answers else set()
         requests = self._pair_duplicate_calls(requests, bare, everything)
         requests, joined = self._join_halves(requests, bare, everything)
         if self.observer is not None:
@@ -212,8 +214,8 @@ class Assembler:
         self, requests: list[CompletedTrace], bare: set[str | None], everything: bool
     ) -> tuple[list[CompletedTrace], int]:
         """``requests`` with each model call that a held or completing retrieval fed joined into that retrieval's
-        trace (see the module docs), less the retrievals held back for their call, plus the held ones whose window
-        passed; and how many were joined."""
+        trace (see the module docs), less the retrievals held back for their call (and, with a shared pairing
+        state, the calls still looking for theirs), plus the held ones whose time passed; and how many joined."""
         now = self.clock()
         out: list[CompletedTrace] = []
         held: list[HeldRetrieval] = []
@@ -225,14 +227,31 @@ class Assembler:
                 out.append(c)
         if held:
             self.pairing.hold(held, now)
+        looking = [
+            (now, c, answer)
+            for c in out
+            if _service_of(c) in bare and (answer := halves.answer_half(c.trace_id, c.spans))
+        ]
+        looking_ids = {c.trace_id for _, c, _ in looking}
+        out = [c for c in out if c.trace_id not in looking_ids]
+        looking += self._answers.values()
+        self._answers.clear()
         joined = 0
-        for i, c in enumerate(out):
-            answer = halves.answer_half(c.trace_id, c.spans) if _service_of(c) in bare else None
-            retrieval = self.pairing.take_fed(answer) if answer is not None else None
+        for since, c, answer in looking:
+            retrieval = self.pairing.take_fed(answer)
             if retrieval is not None:
-                spans = halves.join(retrieval.spans, c.spans, retrieval.trace_id)
-                out[i] = CompletedTrace(retrieval.trace_id, spans, retrieval.reason)
+                out.append(
+                    CompletedTrace(
+                        retrieval.trace_id, halves.join(retrieval.spans, c.spans, retrieval.trace_id), retrieval.reason
+                    )
+                )
                 joined += 1
+            elif everything or now - since >= self.pairing.settle:
+                out.append(c)
+            else:
+                self._answers[c.trace_id] = (since, c, answer)
+        while len(self._answers) > MAX_HELD:
+            out.append(self._answers.popitem(last=False)[1][1])
         out.extend(self.pairing.release(now, everything))
         return out, joined
 

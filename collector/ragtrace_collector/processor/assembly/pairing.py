@@ -56,11 +56,16 @@ class PairingState(abc.ABC):
       receivers. ``release`` removes and returns the held retrievals whose window has passed, and the oldest
       past :data:`MAX_HELD`; with ``everything`` (shutdown), also the rest that this process may release (a
       shared state leaves other receivers' retrievals waiting for them).
+    * ``settle``: how long a model call that found no held retrieval keeps looking, in later sweeps, before it
+      makes a record alone.
     * ``now`` is the assembler's clock (``time.monotonic()`` seconds); implementations shared between hosts
       time their entries by their own clock and may ignore it.
     """
 
     window: float
+    # how long a model call that found no held retrieval keeps looking (a shared state's other receivers may be
+    # holding its retrieval a moment later); 0 for one process, whose sweep holds retrievals before looking
+    settle: float = 0.0
 
     @abc.abstractmethod
     def mark(self, kind: str, service: str | None, now: float) -> None:

@@ -47,7 +47,10 @@ from ragtrace_collector.processor.conventions import duplicates, halves
 log = logging.getLogger(__name__)
 
 _KEEP_CALLS = 256  # framework calls kept per (service, prompt digest)
-_REPUBLISH_SECONDS = 60.0  # a service's mark is published again at most this often
+_REPUBLISH_SECONDS = 60.0
+# a model call completing in one receiver while another is between taking its retrieval's trace and holding it
+# (a few milliseconds) looks again in later sweeps for this long
+SETTLE_SECONDS = 1.0  # a service's mark is published again at most this often
 
 _COMMON = """
 local function now()
@@ -147,8 +150,16 @@ def _half_of(raw: str) -> halves.RetrievalHalf:
 class RedisPairingState(PairingState):
     """:class:`PairingState` shared by every receiver pointing at the same Redis and prefix."""
 
-    def __init__(self, url: str, window: float, prefix: str | None = None, retry_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        window: float,
+        settle: float = SETTLE_SECONDS,
+        prefix: str | None = None,
+        retry_interval: float = 1.0,
+    ) -> None:
         self.window = window
+        self.settle = settle
         self.prefix = prefix or key_prefix(url)
         # held retrievals and calls outlive the window by far: a receiver that died holding none loses nothing
         self.ttl = int(window * 2 + 3600)
@@ -167,7 +178,10 @@ class RedisPairingState(PairingState):
         with self._lock:
             self.fallback.mark(kind, service, now)
             unpublished = self._unpublished[kind]
-            if len(unpublished) < MAX_SERVICES and now - self._published[kind].get(service, -1e18) >= _REPUBLISH_SECONDS:
+            if (
+                len(unpublished) < MAX_SERVICES
+                and now - self._published[kind].get(service, -1e18) >= _REPUBLISH_SECONDS
+            ):
                 unpublished.add(service)
 
     def sync(self, now: float) -> None:
