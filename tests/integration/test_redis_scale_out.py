@@ -13,10 +13,14 @@ real redis-server, fed by the real OTel OTLP exporter.
   when Redis is back (AOF keeps the stream), after which those records are scored too.
 
 The judge is the LLM judge (litellm) against ``tests/support/scripted_openai.py`` over real HTTP.
+
+A second test runs two receivers alone on the real OpenLIT LangChain capture, whose requests are each two traces
+(retrieval, model call): the retrievals reach receiver A, the calls B, and every request still makes one record.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -360,3 +364,89 @@ def test_two_receivers_three_workers_kill_and_redis_restart(tmp_path):
         for p in procs:
             if p.proc is not None and p.proc.returncode not in (0, -9):
                 print(f"--- {p.name} (rc={p.proc.returncode})\n{p.log.read_text()[-2000:]}")
+
+
+def split_by_trace(body: bytes) -> dict[str, bytes]:
+    """One captured OTLP request as one request per trace (same resource and scope), serialized."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest.FromString(body)
+    trace_ids = {s.trace_id for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    out = {}
+    for trace_id in trace_ids:
+        part = ExportTraceServiceRequest()
+        part.CopyFrom(request)
+        for rs in part.resource_spans:
+            for ss in rs.scope_spans:
+                keep = [s for s in ss.spans if s.trace_id == trace_id]
+                del ss.spans[:]
+                ss.spans.extend(keep)
+        out[trace_id.hex()] = part.SerializeToString()
+    return out
+
+
+def test_two_receivers_make_one_record_of_a_request_traced_in_two(tmp_path):
+    """OpenLIT's LangChain instrumentation traces each request's retrieval and its model call apart (the real
+    capture in ``tests/fixtures/peers/openlit_langchain``): the retrieval goes to receiver A, the call to B, both
+    sweep the shared state, and each request still makes one record with its passages and its answer."""
+    require("redis-server", "redis-server")
+    (tmp_path / "redis").mkdir()
+    srv = RedisServer(data_dir=tmp_path / "redis").start()
+    procs: list[Proc] = []
+    try:
+
+        def cfg(name: str) -> dict:
+            return {
+                "role": "receiver",
+                "data_dir": str(tmp_path / name),
+                "listen": {
+                    "host": "127.0.0.1",
+                    "grpc_port": None,
+                    "http_port": free_port(),
+                    "metrics_port": free_port(),
+                },
+                "queue": {"url": srv.url, "max_depth": 1000},
+                "sampling": {"rate": 1.0},
+                "assembly": {"grace_seconds": 0.5, "shared_state": srv.url, "sweep_interval_seconds": 0.1},
+            }
+
+        ra, rb = Proc("receiver-a", tmp_path, cfg("receiver-a")), Proc("receiver-b", tmp_path, cfg("receiver-b"))
+        procs = [ra, rb]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.wait_ready()
+        captures = sorted((REPO / "tests" / "fixtures" / "peers" / "openlit_langchain").glob("requests-*.binpb"))
+        parts = [body for path in captures for body in split_by_trace(path.read_bytes()).values()]
+        retrievals = [body for body in parts if b"retrieval" in body]  # the span's name; the chat's prompt lacks it
+        calls = [body for body in parts if b"retrieval" not in body]
+        assert len(retrievals) == len(calls) == 6
+
+        def post(target: Proc, body: bytes) -> None:
+            url = f"http://127.0.0.1:{target.http_port}/v1/traces"
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/x-protobuf"})
+            with urllib.request.urlopen(req, timeout=5) as reply:
+                assert reply.status == 200
+
+        # The calls come due a few sweeps after the retrievals, so which receiver completes which half is up to
+        # their sweeps, independently (``test_redis_pairing.py`` pins each order down).
+        for body in retrievals:
+            post(ra, body)
+        time.sleep(0.25)
+        for body in calls:
+            post(rb, body)
+
+        def completed(reason: str) -> float:
+            return sum(total(p.scrape(), "ragtrace_assembly_completed_total", reason=reason) for p in procs)
+
+        wait_until(lambda: completed("split_request") + completed("root") >= 12, 30, "both halves of every request")
+        time.sleep(1.0)  # a record made alone would have come out by now
+        r = redis.Redis.from_url(srv.url, decode_responses=True)
+        records = [json.loads(fields["r"]) for _, fields in r.xrange("ragtrace:records")]
+        assert len(records) == 6 and completed("split_request") == 6
+        assert all(len(rec["retrieved_contexts"]) == 3 and rec["response"] for rec in records)
+        assert len({rec["user_input"] for rec in records}) == 6
+    finally:
+        for p in procs:
+            p.stop()
+        srv.cleanup()
