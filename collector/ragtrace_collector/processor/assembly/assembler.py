@@ -24,7 +24,8 @@ with a model call, a completed trace that only retrieved is held back (up to the
 only called a model, of the same service, shows every retrieved passage in its prompt, having started after the
 retrieval ended; the call's spans then join the retrieval's trace, the call's trace completing under the reason
 ``split_request``. A retrieval that fed no call is released as its own record after the window; a call whose
-retrieval completed in a later sweep than it is not joined.
+retrieval completed in a later sweep than it is not joined (with a shared pairing state, a call keeps looking for
+``PairingState.settle`` seconds: another receiver may be about to hold its retrieval).
 
 What these joins remember between sweeps (services' marks, the calls of requests that left, held retrievals) is
 behind :class:`~ragtrace_collector.processor.assembly.pairing.PairingState`: with shared Redis state the two traces
@@ -219,32 +220,25 @@ class Assembler:
         now = self.clock()
         out: list[CompletedTrace] = []
         held: list[HeldRetrieval] = []
+        looking = list(self._answers.values())
+        self._answers.clear()
         for c in requests:  # only services whose traces start with a model call can split a request so
-            half = halves.retrieval_half(c.trace_id, c.spans) if _service_of(c) in bare else None
-            if half is not None:
+            if _service_of(c) not in bare:
+                out.append(c)
+            elif (half := halves.retrieval_half(c.trace_id, c.spans)) is not None:
                 held.append(HeldRetrieval(c, half))
+            elif (answer := halves.answer_half(c.trace_id, c.spans)) is not None:
+                looking.append((now, c, answer))
             else:
                 out.append(c)
         if held:
             self.pairing.hold(held, now)
-        looking = [
-            (now, c, answer)
-            for c in out
-            if _service_of(c) in bare and (answer := halves.answer_half(c.trace_id, c.spans))
-        ]
-        looking_ids = {c.trace_id for _, c, _ in looking}
-        out = [c for c in out if c.trace_id not in looking_ids]
-        looking += self._answers.values()
-        self._answers.clear()
         joined = 0
         for since, c, answer in looking:
             retrieval = self.pairing.take_fed(answer)
             if retrieval is not None:
-                out.append(
-                    CompletedTrace(
-                        retrieval.trace_id, halves.join(retrieval.spans, c.spans, retrieval.trace_id), retrieval.reason
-                    )
-                )
+                spans = halves.join(retrieval.spans, c.spans, retrieval.trace_id)
+                out.append(CompletedTrace(retrieval.trace_id, spans, retrieval.reason))
                 joined += 1
             elif everything or now - since >= self.pairing.settle:
                 out.append(c)
