@@ -23,6 +23,7 @@ from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
 from ragtrace_collector.processor.assembly.state import CompletedTrace
 from ragtrace_collector.processor.conventions import duplicates, halves
 from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
+from tests.support.assembly import RecordingObserver
 from tests.support.paths import REPO
 from tests.support.redis_server import RedisServer
 
@@ -31,20 +32,6 @@ pytestmark = pytest.mark.integration
 PEERS = REPO / "tests" / "fixtures" / "peers"
 GRACE = 0.3
 QUESTIONS = 6
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.completed: list[str] = []
-
-    def late_spans(self, n: int) -> None:
-        pass
-
-    def trace_completed(self, reason: str) -> None:
-        self.completed.append(reason)
-
-    def inflight(self, traces: int, nbytes: int) -> None:
-        pass
 
 
 def captured_traces(setup: str) -> dict[str, list[SpanData]]:
@@ -58,8 +45,8 @@ def captured_traces(setup: str) -> dict[str, list[SpanData]]:
 
 def receiver(
     url: str, window: float = 10.0, settle: float = 1.0, retry_interval: float = 1.0
-) -> tuple[Assembler, Observer]:
-    obs = Observer()
+) -> tuple[Assembler, RecordingObserver]:
+    obs = RecordingObserver()
     state = RedisAssemblyState(url, grace_seconds=GRACE, max_wait_seconds=30.0, retry_interval=retry_interval)
     pairing = RedisPairingState(url, window=window, settle=settle, retry_interval=retry_interval)
     return Assembler(state, observer=obs, pairing=pairing), obs

@@ -8,30 +8,7 @@ from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_EVICTED, REASON_MAX_WAIT, REASON_ROOT, REASON_SHUTDOWN
 from ragtrace_collector.receiver.decode import extract_spans
 from tests.support import span_fixtures as F
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.late = 0
-        self.completed: list[str] = []
-        self.inflight_seen: tuple[int, int] | None = None
-
-    def late_spans(self, n: int) -> None:
-        self.late += n
-
-    def trace_completed(self, reason: str) -> None:
-        self.completed.append(reason)
-
-    def inflight(self, traces: int, nbytes: int) -> None:
-        self.inflight_seen = (traces, nbytes)
+from tests.support.assembly import ManualClock, RecordingObserver
 
 
 def span(trace: str, sid: str, parent: str = "", nbytes: int = 100) -> SpanData:
@@ -47,7 +24,7 @@ def batch(*spans: SpanData) -> DecodedRequest:
 
 
 def make(**kw):
-    clock, obs = Clock(), Observer()
+    clock, obs = ManualClock(), RecordingObserver()
     state = InMemoryAssemblyState(**{"grace_seconds": 2.0, "max_wait_seconds": 60.0, **kw})
     return Assembler(state, observer=obs, clock=clock), clock, obs
 

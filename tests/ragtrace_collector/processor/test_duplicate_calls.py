@@ -11,31 +11,10 @@ from ragtrace_collector.processor.assembly.assembler import REASON_DUPLICATE_CAL
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.pairing import InMemoryPairingState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT
+from tests.support.assembly import ManualClock, RecordingObserver
 
 S = 1_000_000_000  # ns
 PROMPT = "Context:\nThe bridge opened in 1911.\n\nQuestion: When did the bridge open?"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.completed: list[str] = []
-
-    def late_spans(self, n: int) -> None:
-        pass
-
-    def trace_completed(self, reason: str) -> None:
-        self.completed.append(reason)
-
-    def inflight(self, traces: int, nbytes: int) -> None:
-        pass
 
 
 def llm_attrs(prompt: str, **extra: object) -> dict:
@@ -82,8 +61,8 @@ def batch(*traces: list[SpanData]) -> DecodedRequest:
     return d
 
 
-def make(window: float = 10.0) -> tuple[Assembler, Clock, Observer]:
-    clock, obs = Clock(), Observer()
+def make(window: float = 10.0) -> tuple[Assembler, ManualClock, RecordingObserver]:
+    clock, obs = ManualClock(), RecordingObserver()
     state = InMemoryAssemblyState(grace_seconds=2.0, max_wait_seconds=60.0)
     return Assembler(state, observer=obs, clock=clock, pairing=InMemoryPairingState(window)), clock, obs
 

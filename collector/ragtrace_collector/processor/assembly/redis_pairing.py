@@ -25,12 +25,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import threading
 from typing import cast
 
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, key_prefix
-from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.pairing import (
     MARK_BARE,
     MARK_NESTED,
@@ -41,10 +39,9 @@ from ragtrace_collector.processor.assembly.pairing import (
     InMemoryPairingState,
     PairingState,
 )
+from ragtrace_collector.processor.assembly.redis_state import decode_spans
 from ragtrace_collector.processor.assembly.state import CompletedTrace
 from ragtrace_collector.processor.conventions import duplicates, halves
-
-log = logging.getLogger(__name__)
 
 _KEEP_CALLS = 256  # framework calls kept per (service, prompt digest)
 _REPUBLISH_SECONDS = 60.0
@@ -70,16 +67,18 @@ end
 """
 
 # ARGV: prefix, kind, memory seconds, max services, service... -> the services marked within memory
-_MARKS = """
+_MARKS = (
+    _COMMON
+    + """
 local key = ARGV[1] .. ':pair:marks:' .. ARGV[2]
-local t = redis.call('TIME')
-t = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local t = now()
 for i = 5, #ARGV do redis.call('ZADD', key, t, ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', t - tonumber(ARGV[3]))
 local extra = redis.call('ZCARD', key) - tonumber(ARGV[4])
 if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
 return redis.call('ZRANGE', key, 0, -1)
 """
+)
 
 # ARGV: prefix, ttl, then (trace, service digest, half JSON, payload JSON) per retrieval
 _HOLD = (
@@ -128,18 +127,13 @@ def _digest(*parts: object) -> str:
 
 
 def _trace_payload(trace: CompletedTrace) -> str:
-    return json.dumps({"reason": trace.reason, "spans": [s.to_dict() for s in trace.spans]}, separators=(",", ":"))
+    spans = [json.dumps(s.to_dict(), separators=(",", ":")) for s in trace.spans]
+    return json.dumps({"reason": trace.reason, "spans": spans}, separators=(",", ":"))
 
 
 def _trace_of(trace_id: str, payload: str) -> CompletedTrace:
     data = json.loads(payload)
-    spans = []
-    for s in data["spans"]:
-        try:
-            spans.append(SpanData.from_dict(s))
-        except Exception as exc:  # one unreadable span must not lose the trace
-            log.error("dropping unreadable held span: %s", exc)
-    return CompletedTrace(trace_id, spans, data["reason"])
+    return CompletedTrace(trace_id, decode_spans(data["spans"]), data["reason"])
 
 
 def _half_of(raw: str) -> halves.RetrievalHalf:

@@ -120,7 +120,8 @@ return out
 )
 
 
-def _decode(spans: list[str]) -> list[SpanData]:
+def decode_spans(spans: list[str]) -> list[SpanData]:
+    """Spans stored as JSON (``SpanData.to_dict``); an unreadable one is logged and skipped, the rest kept."""
     out = []
     for s in spans:
         try:
@@ -182,7 +183,7 @@ class RedisAssemblyState(AssemblyState):
                 )
                 return AddResult(
                     late_spans=int(late),
-                    evicted=[CompletedTrace(tid, _decode(sp), REASON_EVICTED) for tid, _reason, sp in evicted],
+                    evicted=[CompletedTrace(tid, decode_spans(sp), REASON_EVICTED) for tid, _reason, sp in evicted],
                 )
             except UNAVAILABLE as exc:
                 self._breaker.failed(exc)
@@ -198,7 +199,7 @@ class RedisAssemblyState(AssemblyState):
         except UNAVAILABLE as exc:
             self._breaker.failed(exc)
             return []
-        return [CompletedTrace(tid, _decode(spans), reason) for tid, reason, spans in rows]
+        return [CompletedTrace(tid, decode_spans(spans), reason) for tid, reason, spans in rows]
 
     def pop_due(self, now: float, limit: int | None = None) -> list[CompletedTrace]:
         with self._lock:
