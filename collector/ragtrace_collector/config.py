@@ -230,6 +230,9 @@ class QueueConfig(_Section):
 
     url: str | None = None  # None → sqlite:///<data_dir>/queue.sqlite
     max_depth: int = 10_000
+    # Redis queue only: where a receiver holds sampled records while Redis is unreachable, a SQLite file
+    # that outlives the process (None → <data_dir>/redis-spill.sqlite) or "memory"
+    spill: str | None = None
 
 
 class JudgeConfig(_Section):
@@ -535,6 +538,11 @@ class CollectorConfig(BaseSettings):
         if self.queue.url:
             return self.queue.url
         return f"sqlite:///{Path(self.data_dir).resolve() / 'queue.sqlite'}"
+
+    @property
+    def queue_spill(self) -> str:
+        """Where a receiver holds records while a Redis queue is unreachable, with the default filled in."""
+        return self.queue.spill or str(Path(self.data_dir).resolve() / "redis-spill.sqlite")
 
     @property
     def results_path(self) -> str:

@@ -29,6 +29,11 @@ def test_compose_services_resolve_to_receivers_and_workers_on_one_redis():
         env = {k: str(v) for k, v in svc["environment"].items()}
         cfg = load_config(None, serve.overrides_from_args(args), environ=env)
         roles[name] = (cfg.role, svc.get("deploy", {}).get("replicas", 1))
+        if cfg.role == "receiver":  # the spill file lies on a named volume, so a recreated receiver sends it
+            mounts = dict(reversed(v.split(":")[:2]) for v in svc["volumes"])
+            assert mounts["/etc/ragtrace/collector.yaml"] == "./collector.yaml"
+            assert Path(cfg.queue_spill).parent == Path("/var/lib/ragtrace")
+            assert mounts["/var/lib/ragtrace"] in spec["volumes"]
         assert cfg.queue.url == "redis://redis:6379/0?receivers=2"
         assert cfg.assembly.shared_state == "redis://redis:6379/0"
         budget = budget_from_config(cfg.sampling, cfg.queue.url)  # built without contacting Redis

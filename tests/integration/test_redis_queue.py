@@ -204,6 +204,57 @@ def test_close_with_redis_still_down_reports_what_the_buffer_loses(tmp_path, pre
         srv.cleanup()
 
 
+def test_a_spill_file_keeps_what_a_shutdown_during_the_outage_held(tmp_path, prefix, caplog):
+    """Closed while Redis is down, a queue with a spill file loses nothing: the next queue opened on that file
+    sends the records, in their order, before anything put after them."""
+    srv = RedisServer(data_dir=tmp_path).start()
+    spill = str(tmp_path / "receiver" / "redis-spill.sqlite")
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=5, retry_interval=0.1, spill=spill)
+        srv.stop()
+        assert [q.put(rec(i)) for i in range(7)] == [True] * 5 + [False] * 2  # the bound holds on disk too
+        with caplog.at_level("WARNING", logger="ragtrace_collector.queue.redis"):
+            q.close()
+        assert q.shed == 2  # only the two refused at the bound
+        assert "5 record(s) kept in the spill file" in caplog.text
+        srv.start()
+        again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=10, retry_interval=0.1, spill=spill)
+        assert again.put(rec(99))  # queued behind the held records
+        deadline = time.monotonic() + 10
+        while again.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert again.buffered == 0
+        got = [g.record.trace_id for g in again.lease(20, 30)]
+        assert got == [f"{i:032x}" for i in [0, 1, 2, 3, 4, 99]]
+        again.close()
+    finally:
+        srv.cleanup()
+
+
+def test_receivers_sharing_a_spill_file_enqueue_each_record_once(tmp_path, prefix):
+    """Two receivers on one data directory flush one spill file at once; each record reaches the stream once
+    (a second send of the same held record carries the same put key and is refused as a duplicate)."""
+    srv = RedisServer(data_dir=tmp_path).start()
+    spill = str(tmp_path / "shared" / "redis-spill.sqlite")
+    try:
+        a = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=spill)
+        b = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=spill)
+        srv.stop()
+        for i in range(200):
+            assert (a if i % 2 else b).put(rec(i))
+        assert a.buffered == b.buffered == 200  # one file: each sees what both hold
+        srv.start()
+        deadline = time.monotonic() + 15
+        while (a.buffered or b.buffered) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = [g.record.trace_id for g in a.lease(1000, 30)]
+        assert sorted(got) == sorted(f"{i:032x}" for i in range(200))  # none lost, none twice
+        a.close()
+        b.close()
+    finally:
+        srv.cleanup()
+
+
 def test_metrics_registered_on_registry(redis_server, prefix):
     from prometheus_client import CollectorRegistry
 

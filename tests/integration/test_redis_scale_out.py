@@ -450,3 +450,49 @@ def test_two_receivers_make_one_record_of_a_request_traced_in_two(tmp_path):
         for p in procs:
             p.stop()
         srv.cleanup()
+
+
+def test_a_receiver_killed_during_a_redis_outage_loses_no_sampled_record(tmp_path):
+    """Redis goes away, a receiver keeps accepting OTLP and holds the sampled records, and is then killed with
+    SIGKILL (an OOM kill, a node drained hard) before Redis returns. Restarted on the same data directory once
+    Redis is back, it delivers every one of them: they were kept in its spill file, not in its memory."""
+    require("redis-server", "redis-server")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    (tmp_path / "redis").mkdir()
+    srv = RedisServer(data_dir=tmp_path / "redis").start()
+    config = {
+        "role": "receiver",
+        "data_dir": str(tmp_path / "receiver"),
+        "listen": {"host": "127.0.0.1", "grpc_port": None, "http_port": free_port(), "metrics_port": free_port()},
+        "queue": {"url": srv.url, "max_depth": 1000},
+        "sampling": {"rate": 1.0},
+        "assembly": {"grace_seconds": 0.3, "sweep_interval_seconds": 0.1},
+    }
+    receiver = Proc("receiver", tmp_path, config)
+    try:
+        receiver.start().wait_ready()
+        srv.stop()
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces", timeout=5)
+        sent = send_traces({"b": exporter}, 0, 8, split=False, only="b")
+        wait_until(
+            lambda: total(receiver.scrape(), "ragtrace_queue_local_buffer_records") == 8,
+            20,
+            "the sampled records held while Redis is down",
+        )
+        receiver.stop(signal.SIGKILL)
+        srv.start()
+        restarted = Proc("receiver", tmp_path, config).start()
+        receiver = restarted
+        restarted.wait_ready()
+        r = redis.Redis.from_url(srv.url, decode_responses=True)
+        wait_until(lambda: r.xlen("ragtrace:records") >= 8, 20, "the held records in the stream")
+        time.sleep(0.5)  # a duplicate delivery would have arrived by now
+        delivered = [json.loads(fields["r"])["trace_id"] for _, fields in r.xrange("ragtrace:records")]
+        assert sorted(delivered) == sorted(sent)
+        samples = restarted.scrape()
+        assert total(samples, "ragtrace_queue_local_buffer_records") == 0
+        assert total(samples, "ragtrace_queue_shed_total") == 0
+    finally:
+        receiver.stop()
+        srv.cleanup()

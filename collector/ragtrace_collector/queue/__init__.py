@@ -3,7 +3,8 @@
 * ``sqlite:///relative/path.sqlite`` or ``sqlite:////absolute/path.sqlite`` — the embedded
   durable default (:mod:`ragtrace_collector.queue.sqlite`); ``?synchronous=full`` fsyncs every commit.
 * ``redis://host:port/db`` (and ``rediss://``, ``unix://``) — Redis Streams for scale-out
-  (:mod:`ragtrace_collector.queue.redis`).
+  (:mod:`ragtrace_collector.queue.redis`); ``spill`` says where a receiver holds records while Redis is
+  unreachable (:mod:`ragtrace_collector.queue.spill`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def default_queue_url(data_dir: str | Path) -> str:
     return f"sqlite:///{Path(data_dir) / 'queue.sqlite'}"
 
 
-def open_queue(url: str, max_depth: int = 10000) -> RecordQueue:
-    """Open the queue named by ``url``, holding at most ``max_depth`` records."""
+def open_queue(url: str, max_depth: int = 10000, spill: str | None = None) -> RecordQueue:
+    """Open the queue named by ``url``, holding at most ``max_depth`` records (``spill``: Redis URLs only)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
@@ -44,5 +45,5 @@ def open_queue(url: str, max_depth: int = 10000) -> RecordQueue:
         # imports the redis client.
         from ragtrace_collector.queue.redis import open_redis_queue
 
-        return open_redis_queue(url, max_depth)
+        return open_redis_queue(url, max_depth, spill)
     raise ValueError(f"unsupported queue URL {url!r}: use sqlite:///path or redis://host:port/db")

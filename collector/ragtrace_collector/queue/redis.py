@@ -21,10 +21,12 @@ Capacity: the put script refuses a record when the stream (plus delayed set) hol
 (the base contract: drop the newest), counting it in Redis; the ``XADD`` also carries
 ``MAXLEN ~ max_depth`` so the stream stays bounded even if written by an older writer.
 
-Redis unreachable on the receiving side: records go to a bounded in-process buffer (FIFO);
-beyond ``buffer_size`` the newest are shed and counted; a background thread flushes the buffer,
-oldest first, once Redis answers again. ``put`` never waits for a dead Redis longer than the
-socket connect timeout, and not at all while Redis is known to be down.
+Redis unreachable on the receiving side: records go to a bounded local spill (FIFO,
+:mod:`ragtrace_collector.queue.spill`: a SQLite file that outlives the process, or process memory);
+beyond ``buffer_size`` the newest are shed and counted; a background thread flushes the spill,
+oldest first, once Redis answers again, and a queue opened on a spill that still holds records (left
+by a receiver killed during an outage) starts by flushing them. ``put`` never waits for a dead Redis
+longer than the socket connect timeout, and not at all while Redis is known to be down.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
 
 import redis
 from prometheus_client import CollectorRegistry
@@ -43,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, split_url
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue.base import Leased, RecordQueue
+from ragtrace_collector.queue.spill import Spilled, open_spill
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +188,9 @@ class RedisStreamQueue(RecordQueue):
     ``url``: ``redis://host:port/db`` with optional ``?prefix=ragtrace&group=...&buffer=10000``
     (``receivers=N`` is read by :mod:`ragtrace_collector.processor.sampling.redis_budget`: each receiver's share during an outage).
     ``consumer``: this process's name in the group (default host-pid-random; unique per object).
+    ``spill``: where at most ``buffer_size`` records wait while Redis is unreachable: a SQLite file's path, or
+    ``None`` / ``"memory"`` for process memory (the collector gives its receivers ``queue.spill``, a file
+    in its data directory by default; see :mod:`ragtrace_collector.queue.spill`).
     """
 
     def __init__(
@@ -199,6 +204,7 @@ class RedisStreamQueue(RecordQueue):
         retry_interval: float = 0.5,
         alive_interval: float = 2.0,
         alive_ttl: float = 10.0,
+        spill: str | None = None,
     ) -> None:
         _, opts = split_url(url)
         self.url = url
@@ -221,8 +227,10 @@ class RedisStreamQueue(RecordQueue):
         self.buffer_size = int(
             buffer_size if buffer_size is not None else opts.get("buffer", max(1000, self.max_depth))
         )
-        self._buffer: deque[tuple[str, str, str]] = deque()  # (record JSON, enqueued_at, put id)
+        self._spill = open_spill(spill, self.buffer_size)
         self._buf_lock = threading.Lock()
+        # This process holds spilled records (or found some at start): puts queue behind them, in order.
+        self._spilling = False
         self._retry_interval = retry_interval
         self._breaker = Breaker("redis queue", "buffering records locally", retry_interval)
         self._flusher: threading.Thread | None = None
@@ -245,12 +253,16 @@ class RedisStreamQueue(RecordQueue):
         self.alive_ttl = alive_ttl
         self._heartbeat: threading.Thread | None = None
         self._next_housekeeping = 0.0
+        if len(self._spill):  # left by a receiver that stopped during an outage: send them first
+            with self._buf_lock:
+                self._spilling = True
+                self._start_flusher_locked()
 
     # ------------------------------------------------------------------ receiving side
     def put(self, record: RagRecord) -> bool:
-        payload = (record.model_dump_json(exclude_none=True), repr(time.time()), uuid.uuid4().hex)
+        payload = Spilled(record.model_dump_json(exclude_none=True), repr(time.time()), uuid.uuid4().hex)
         with self._buf_lock:
-            buffering = bool(self._buffer) or not self._breaker.available()
+            buffering = self._spilling or not self._breaker.available()
             if buffering:
                 return self._to_buffer_locked(payload)
         try:
@@ -260,27 +272,30 @@ class RedisStreamQueue(RecordQueue):
             with self._buf_lock:
                 return self._to_buffer_locked(payload)
 
-    def _put_redis(self, payload: tuple[str, str, str]) -> bool:
+    def _put_redis(self, payload: Spilled) -> bool:
         entry_id = self._put(
-            keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload[2]}"],
-            args=[self.max_depth, payload[0], payload[1]],
+            keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload.put_id}"],
+            args=[self.max_depth, payload.payload, payload.enqueued_at],
         )
         if entry_id is None:
             self.overflowed += 1
             return False
         return True
 
-    def _to_buffer_locked(self, payload: tuple[str, str, str]) -> bool:
-        if len(self._buffer) >= self.buffer_size:
+    def _to_buffer_locked(self, payload: Spilled) -> bool:
+        if not self._spill.append(payload):
             self.shed += 1
             return False
-        self._buffer.append(payload)
+        self._spilling = True
         self.buffered_total += 1
+        self._start_flusher_locked()
+        return True
+
+    def _start_flusher_locked(self) -> None:
         if not self._flushing:  # decided under the buffer lock, so exactly one flusher runs
             self._flushing = True
             self._flusher = threading.Thread(target=self._flush_loop, name="ragtrace-redis-flush", daemon=True)
             self._flusher.start()
-        return True
 
     def _flush_loop(self) -> None:
         try:
@@ -293,23 +308,24 @@ class RedisStreamQueue(RecordQueue):
                 self._flushing = False
 
     def flush_buffer(self, stop_flushing: bool = False) -> bool:
-        """Move buffered records to Redis, oldest first; ``True`` once the buffer is empty."""
+        """Move spilled records to Redis, oldest first; ``True`` once the spill is empty."""
         with self._flush_lock:
             while True:
                 with self._buf_lock:
-                    if not self._buffer:
+                    payload = self._spill.oldest()
+                    if payload is None:
+                        self._spilling = False
                         self._breaker.recovered()
                         if stop_flushing:
                             self._flushing = False
                         return True
-                    payload = self._buffer[0]
                 try:
                     self._put_redis(payload)  # full stream: counted as overflow, dropped like any put
                 except UNAVAILABLE as exc:
                     self._breaker.failed(exc)
                     return False
                 with self._buf_lock:
-                    self._buffer.popleft()
+                    self._spill.remove(payload)
 
     @property
     def dropped(self) -> int:
@@ -318,8 +334,8 @@ class RedisStreamQueue(RecordQueue):
 
     @property
     def buffered(self) -> int:
-        """Records waiting in the local buffer for Redis to come back."""
-        return len(self._buffer)
+        """Records waiting in the local spill for Redis to come back."""
+        return len(self._spill)
 
     # ------------------------------------------------------------------ scoring side
     def _ensure_group(self) -> None:
@@ -516,8 +532,9 @@ class RedisStreamQueue(RecordQueue):
         except UNAVAILABLE:
             pass
         with self._buf_lock:
-            if self._buffer:
-                times.append(float(self._buffer[0][1]))
+            held = self._spill.oldest()
+        if held is not None:
+            times.append(float(held.enqueued_at))
         return max(0.0, time.time() - min(times)) if times else None
 
     def overflow_total(self) -> int:
@@ -533,7 +550,7 @@ class RedisStreamQueue(RecordQueue):
         class _Collector:
             def collect(self):
                 g = GaugeMetricFamily(
-                    "ragtrace_queue_local_buffer_records", "Records held in memory while Redis is unreachable"
+                    "ragtrace_queue_local_buffer_records", "Records held locally (spill) while Redis is unreachable"
                 )
                 g.add_metric([], queue.buffered)
                 yield g
@@ -556,19 +573,28 @@ class RedisStreamQueue(RecordQueue):
                 self._r.delete(self._alive_key(self.consumer))
             except UNAVAILABLE:
                 pass
-        if self._buffer and not self.flush_buffer():
-            with self._buf_lock:
-                lost = len(self._buffer)
-                self.shed += lost
-            log.error("redis queue still unreachable at shutdown: %d locally buffered record(s) not delivered", lost)
+        if self._spilling and not self.flush_buffer():
+            held = len(self._spill)
+            if self._spill.durable:
+                log.warning(
+                    "redis queue still unreachable at shutdown: %d record(s) kept in the spill file, sent when a "
+                    "receiver opens it again",
+                    held,
+                )
+            else:
+                self.shed += held
+                log.error(
+                    "redis queue still unreachable at shutdown: %d locally buffered record(s) not delivered", held
+                )
         if self._flusher is not None:
             self._flusher.join(timeout=2)
+        self._spill.close()
         self._r.close()
 
     def __repr__(self) -> str:
         return f"RedisStreamQueue({self.stream!r}, group={self.group!r}, consumer={self.consumer!r})"
 
 
-def open_redis_queue(url: str, max_depth: int = 10000) -> RedisStreamQueue:
+def open_redis_queue(url: str, max_depth: int = 10000, spill: str | None = None) -> RedisStreamQueue:
     """The ``redis://`` branch of :func:`ragtrace_collector.queue.open_queue`."""
-    return RedisStreamQueue(url, max_depth=max_depth)
+    return RedisStreamQueue(url, max_depth=max_depth, spill=spill)

@@ -94,11 +94,14 @@ class CollectorApp:
     # --- lifecycle ---
     def _open_queue(self):
         from ragtrace_collector.queue import open_queue
+        from ragtrace_collector.queue.spill import MEMORY
 
         url = self.config.queue_url
         if url.startswith("sqlite:"):
             Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
-        return open_queue(url, self.config.queue.max_depth)
+        # Only receivers put records, so only they hold any while Redis is away (workers open no spill file).
+        spill = self.config.queue_spill if self.config.runs_receiver else MEMORY
+        return open_queue(url, self.config.queue.max_depth, spill)
 
     async def start(self) -> None:
         cfg = self.config

@@ -1,0 +1,180 @@
+"""Where a receiver keeps sampled records while Redis is unreachable: a bounded FIFO, in a file or in memory.
+
+Why a file by default: a receiver restarted or killed during a Redis outage (a deploy, an OOM kill, a node
+drained) would otherwise lose every record it was holding; the OpenTelemetry Collector's persistent sending
+queue (``file_storage``) answers the same need. :class:`SqliteSpill` commits each record before ``append``
+returns (SQLite WAL, ``synchronous=NORMAL``: survives the process dying at any point), and whoever opens the
+file next, this receiver restarted or another sharing its data directory, sends them on.
+
+Several processes may share one file: each entry keeps the idempotency key of its put
+(:class:`ragtrace_collector.queue.redis.RedisStreamQueue` refuses a key it has already seen for an hour), so
+two flushers sending the same oldest entry enqueue it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MEMORY = "memory"  # the ``queue.spill`` value that keeps held records in process memory
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """One record waiting for Redis: its JSON, when it was put (``repr(time.time())``) and its put's key."""
+
+    payload: str
+    enqueued_at: str
+    put_id: str
+
+
+class Spill(ABC):
+    """A bounded FIFO of :class:`Spilled` records, safe to call from several threads.
+
+    ``append`` keeps an entry unless ``max_records`` are held (``False``: the caller counts it shed);
+    ``oldest`` returns the oldest entry without taking it; ``remove`` takes that entry once it reached
+    Redis (a no-op when another process sharing the store took it first); ``len`` is the entries held.
+    ``durable`` says whether held entries outlive the process (``close`` then loses nothing).
+    """
+
+    durable: bool = False
+
+    def __init__(self, max_records: int) -> None:
+        self.max_records = int(max_records)
+
+    @abstractmethod
+    def append(self, entry: Spilled) -> bool: ...
+
+    @abstractmethod
+    def oldest(self) -> Spilled | None: ...
+
+    @abstractmethod
+    def remove(self, entry: Spilled) -> None: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    def close(self) -> None:
+        """Release the store; held entries stay held where ``durable``."""
+
+
+class MemorySpill(Spill):
+    """Held in this process: lost if it stops before Redis returns (counted as shed at ``close``)."""
+
+    def __init__(self, max_records: int) -> None:
+        super().__init__(max_records)
+        self._entries: deque[Spilled] = deque()
+        self._lock = threading.Lock()
+
+    def append(self, entry: Spilled) -> bool:
+        with self._lock:
+            if len(self._entries) >= self.max_records:
+                return False
+            self._entries.append(entry)
+            return True
+
+    def oldest(self) -> Spilled | None:
+        with self._lock:
+            return self._entries[0] if self._entries else None
+
+    def remove(self, entry: Spilled) -> None:
+        with self._lock:
+            if self._entries and self._entries[0] is entry:
+                self._entries.popleft()
+            else:
+                try:
+                    self._entries.remove(entry)
+                except ValueError:
+                    pass
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spilled (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    payload     TEXT NOT NULL,
+    enqueued_at TEXT NOT NULL,
+    put_id      TEXT NOT NULL UNIQUE
+);
+"""
+
+
+class SqliteSpill(Spill):
+    """Held in one SQLite file (created with its directory): survives the process; shareable between processes.
+
+    A file that is not a readable spill (truncated, overwritten) is moved aside to ``<name>.unreadable-<unix
+    time>`` with an error naming it, and a new one is started: the receiver keeps running, and what the old
+    file held can still be recovered by hand.
+    """
+
+    durable = True
+
+    def __init__(self, path: str | Path, max_records: int) -> None:
+        super().__init__(max_records)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
+            self.path.rename(aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            log.error("redis spill file %s is unreadable (%s): moved to %s, starting a new one", self.path, exc, aside)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            db.execute("SELECT COUNT(*) FROM spilled").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def append(self, entry: Spilled) -> bool:
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO spilled (payload, enqueued_at, put_id) "
+                "SELECT ?, ?, ? WHERE (SELECT COUNT(*) FROM spilled) < ?",
+                (entry.payload, entry.enqueued_at, entry.put_id, self.max_records),
+            )
+            return cur.rowcount == 1
+
+    def oldest(self) -> Spilled | None:
+        with self._lock:
+            row = self._db.execute("SELECT payload, enqueued_at, put_id FROM spilled ORDER BY id LIMIT 1").fetchone()
+        return Spilled(*row) if row else None
+
+    def remove(self, entry: Spilled) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM spilled WHERE put_id = ?", (entry.put_id,))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM spilled").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def open_spill(where: str | None, max_records: int) -> Spill:
+    """The spill named by ``queue.spill``: a file path, or :data:`MEMORY` (also for ``None``)."""
+    if where is None or where == MEMORY:
+        return MemorySpill(max_records)
+    return SqliteSpill(where, max_records)

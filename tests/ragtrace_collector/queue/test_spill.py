@@ -1,0 +1,112 @@
+"""The spills a receiver holds records in while Redis is unreachable: bound, order, and what outlives the process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ragtrace_collector.queue.spill import MEMORY, MemorySpill, Spill, Spilled, SqliteSpill, open_spill
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def entry(i: int) -> Spilled:
+    return Spilled(f'{{"trace_id": "{i}"}}', repr(1000.0 + i), f"put-{i}")
+
+
+@pytest.fixture(params=["memory", "file"])
+def spill(request, tmp_path) -> Spill:
+    made = MemorySpill(3) if request.param == "memory" else SqliteSpill(tmp_path / "d" / "spill.sqlite", 3)
+    yield made
+    made.close()
+
+
+def test_first_in_first_out_within_the_bound(spill):
+    assert [spill.append(entry(i)) for i in range(5)] == [True, True, True, False, False]
+    assert len(spill) == 3
+    out = []
+    while (oldest := spill.oldest()) is not None:
+        out.append(oldest)
+        spill.remove(oldest)
+    assert out == [entry(0), entry(1), entry(2)]
+    assert len(spill) == 0 and spill.append(entry(9))  # room again
+
+
+def test_removing_an_entry_already_taken_is_a_no_op(spill):
+    spill.append(entry(1))
+    spill.append(entry(2))
+    first = spill.oldest()
+    spill.remove(first)
+    spill.remove(first)  # another flusher sharing the store took it too
+    assert spill.oldest() == entry(2) and len(spill) == 1
+
+
+def test_a_file_outlives_the_object(tmp_path):
+    path = tmp_path / "spill.sqlite"
+    first = SqliteSpill(path, 10)
+    for i in range(4):
+        first.append(entry(i))
+    first.close()
+    again = SqliteSpill(path, 10)
+    assert len(again) == 4 and again.oldest() == entry(0)
+    again.close()
+
+
+def test_committed_entries_survive_the_writer_being_killed(tmp_path):
+    """Each append is committed before it returns: SIGKILL the writing process, and every acknowledged entry is
+    there when the file is opened again."""
+    path = tmp_path / "spill.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from ragtrace_collector.queue.spill import Spilled, SqliteSpill
+        spill = SqliteSpill({str(path)!r}, 100000)
+        for i in range(100000):
+            assert spill.append(Spilled("{{}}", repr(time.time()), f"put-{{i}}"))
+            print(i, flush=True)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "collector")},
+    )
+    acknowledged = -1
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        acknowledged = int(line)
+        if acknowledged >= 500:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    reopened = SqliteSpill(path, 100000)
+    assert len(reopened) >= acknowledged + 1  # every entry the writer saw appended (maybe one more)
+    assert reopened.oldest() is not None and reopened.oldest().put_id == "put-0"
+    reopened.close()
+
+
+def test_an_unreadable_file_is_moved_aside_and_a_new_one_started(tmp_path, caplog):
+    path = tmp_path / "spill.sqlite"
+    path.write_bytes(b"not a database, " * 512)
+    with caplog.at_level("ERROR", logger="ragtrace_collector.queue.spill"):
+        spill = SqliteSpill(path, 10)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("spill.sqlite.unreadable-")]
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"not a database")
+    assert str(aside[0]) in caplog.text
+    assert spill.append(entry(1)) and len(spill) == 1
+    spill.close()
+
+
+def test_open_spill_names(tmp_path):
+    assert isinstance(open_spill(None, 5), MemorySpill)
+    assert isinstance(open_spill(MEMORY, 5), MemorySpill)
+    made = open_spill(str(tmp_path / "x" / "spill.sqlite"), 5)
+    assert isinstance(made, SqliteSpill) and made.durable and made.max_records == 5
+    made.close()
