@@ -55,5 +55,6 @@ bench: install
 	$(PY) bench/judge_cost.py --rows 50
 	$(PY) bench/judge_cost.py --families --rows 50
 	$(PY) bench/scale_out.py
+	$(PY) bench/redis_spill.py
 	$(PY) bench/local_judge.py
 	$(PY) scripts/eval_local_judge.py

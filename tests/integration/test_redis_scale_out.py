@@ -480,6 +480,11 @@ def test_a_receiver_killed_during_a_redis_outage_loses_no_sampled_record(tmp_pat
             20,
             "the sampled records held while Redis is down",
         )
+        time.sleep(2.0)  # the outage goes on: its parts retry Redis every half second
+        outage_log = [line for line in receiver.log.read_text().splitlines() if "unreachable" in line]
+        assert outage_log, "the outage is logged"
+        said = [line[line.index("ragtrace_collector") :] for line in outage_log]
+        assert len(said) == len(set(said)), f"an outage is told once, not once per retry: {outage_log}"
         receiver.stop(signal.SIGKILL)
         srv.start()
         restarted = Proc("receiver", tmp_path, config).start()

@@ -2,7 +2,7 @@
 
 Each of those keeps working on a local fallback while Redis is unreachable; :class:`Breaker` is the
 one place that remembers the outage (so callers skip a dead socket instead of waiting on it every
-time), retries after ``retry_interval`` and logs once per outage.
+time), retries after ``retry_interval`` and logs an outage's start, a reminder a minute and its end.
 """
 
 from __future__ import annotations
@@ -62,9 +62,14 @@ def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> 
 class Breaker:
     """Whether Redis is worth trying now: after a failure, not for ``retry_interval`` seconds.
 
-    Thread-safe. ``failed`` logs a warning naming ``what`` and ``fallback`` once per outage (not once
-    per call), ``recovered`` ends the outage early (e.g. a flush that reached Redis).
+    Thread-safe. The log tells an outage, not its retries: ``failed`` warns (naming ``what`` and ``fallback``)
+    when an outage starts, then once every :attr:`REMIND_SECONDS` while it lasts; ``recovered`` ends it early
+    (e.g. a flush that reached Redis) and says how long it lasted. Callers that never report success are
+    covered too: a failure more than :attr:`QUIET_SECONDS` after the previous one starts a new outage.
     """
+
+    REMIND_SECONDS = 60.0
+    QUIET_SECONDS = 30.0
 
     def __init__(
         self, what: str, fallback: str, retry_interval: float = 1.0, clock: Callable[[], float] = time.monotonic
@@ -74,6 +79,9 @@ class Breaker:
         self.retry_interval = retry_interval
         self.clock = clock
         self._down_until = 0.0
+        self._outage_since: float | None = None  # when the outage being logged began
+        self._last_failure = 0.0
+        self._next_reminder = 0.0
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -82,13 +90,28 @@ class Breaker:
     def failed(self, exc: BaseException) -> None:
         with self._lock:
             now = self.clock()
-            if now >= self._down_until:
+            if self._outage_since is None or now - self._last_failure > self.QUIET_SECONDS:
+                self._outage_since = now
+                self._next_reminder = now + self.REMIND_SECONDS
                 log.warning("%s unreachable (%s); %s", self.what, exc, self.fallback)
+            elif now >= self._next_reminder:
+                self._next_reminder += self.REMIND_SECONDS
+                log.warning(
+                    "%s still unreachable after %.0f s (%s); %s",
+                    self.what,
+                    now - self._outage_since,
+                    exc,
+                    self.fallback,
+                )
+            self._last_failure = now
             self._down_until = now + self.retry_interval
 
     def recovered(self) -> None:
         with self._lock:
             self._down_until = 0.0
+            if self._outage_since is not None:
+                log.info("%s reachable again after %.0f s", self.what, self.clock() - self._outage_since)
+                self._outage_since = None
 
     def call(self, action: Callable[[], T], fallback: Callable[[], T]) -> T:
         """``action()`` while Redis is available, ``fallback()`` when it is not or ``action`` finds it gone."""
