@@ -930,6 +930,19 @@ def health_dashboard() -> dict:
             8,
         )
     )
+    panels.append(
+        lay.place(
+            timeseries(
+                "Held by receivers that cannot reach Redis",
+                [target("max by (instance) (ragtrace_queue_local_buffer_records)", "{{instance}}")],
+                unit="short",
+                description="Redis queue only: sampled records in each receiver's spill file, sent when Redis answers; "
+                "beyond its bound (?buffer=N) new ones are shed. The alert RagQueueRedisUnreachable fires after 5 minutes.",
+            ),
+            24,
+            6,
+        )
+    )
     panels.append(lay.row("Judge"))
     panels.append(
         lay.place(

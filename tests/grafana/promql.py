@@ -41,12 +41,14 @@ def exported_metric_names() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from ragtrace_collector.exporter.prometheus import EvalMetrics, QueueCollector
+    from ragtrace_collector.queue.redis import RedisQueueCollector
     from ragtrace_collector.telemetry.ingest import IngestMetrics
 
     registry = CollectorRegistry()
     IngestMetrics(registry)
     EvalMetrics(registry)
     families = list(registry.collect()) + list(QueueCollector(queue=None).describe())  # describe: no queue access
+    families += RedisQueueCollector(queue=None).describe()  # the Redis queue's own, in its receivers
     names: set[str] = set()
     suffixes = {
         "counter": ("_total", "_created"),
