@@ -571,7 +571,8 @@ class RedisStreamQueue(RecordQueue):
                 )
         if self._flusher is not None:
             self._flusher.join(timeout=2)
-        self._spill.close()
+        if self._flusher is None or not self._flusher.is_alive():  # a flusher stuck on a socket still reads it
+            self._spill.close()
         self._r.close()
 
     def __repr__(self) -> str:
