@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ragtrace_collector.cli.demo import ChildProcess, CollectorProcess, PrometheusProcess, Traffic, http_get, wait_until
-from tests.grafana.promql import load_dashboards, panel_queries, substitute
+from tests.grafana.promql import load_dashboards, metric_names_in, panel_queries, substitute
 from tests.grafana.render_panels import render_dashboard
 from tests.support.binaries import find, require
 from tests.support.net import free_port
@@ -224,8 +224,6 @@ REDIS_QUEUE_ONLY = {"ragtrace_queue_local_buffer_records"}
 
 
 def test_every_panel_query_returns_data(scenario):
-    from tests.grafana.promql import metric_names_in
-
     data = scenario["panel_data"]
     empty = [
         f"{uid} / {title} / {ref}: {expr}"

@@ -149,7 +149,7 @@ class SqliteSpill(Spill):
     def append(self, entry: Spilled) -> bool:
         with self._lock:
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO spilled (payload, enqueued_at, put_id) "
+                "INSERT INTO spilled (payload, enqueued_at, put_id) "
                 "SELECT ?, ?, ? WHERE (SELECT COUNT(*) FROM spilled) < ?",
                 (entry.payload, entry.enqueued_at, entry.put_id, self.max_records),
             )
