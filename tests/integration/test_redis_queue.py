@@ -255,6 +255,80 @@ def test_receivers_sharing_a_spill_file_enqueue_each_record_once(tmp_path, prefi
         srv.cleanup()
 
 
+def test_a_receiver_sends_on_what_another_left_in_their_shared_spill_file(tmp_path, prefix):
+    """A receiver that never lost Redis itself still finds, within ``spill_check_interval``, the records a
+    sibling on the same data directory left in the file when it stopped during an outage."""
+    srv = RedisServer(data_dir=tmp_path).start()
+    spill = str(tmp_path / "shared" / "redis-spill.sqlite")
+    try:
+        live = RedisStreamQueue(
+            f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=spill, spill_check_interval=0.2
+        )
+        stopped = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=spill)
+        srv.stop()
+        assert all(stopped.put(rec(i)) for i in range(5))
+        stopped.close()  # kept in the file
+        srv.start()
+        deadline = time.monotonic() + 10
+        i = 100
+        while live.buffered and time.monotonic() < deadline:
+            assert live.put(rec(i))  # straight to Redis: this receiver is not spilling
+            i += 1
+            time.sleep(0.05)
+        assert live.buffered == 0
+        got = {g.record.trace_id for g in live.lease(1000, 30)}
+        assert got == {f"{k:032x}" for k in [*range(5), *range(100, i)]}
+        live.close()
+    finally:
+        srv.cleanup()
+
+
+def test_a_flush_into_a_full_stream_counts_what_it_refuses(tmp_path, prefix):
+    srv = RedisServer(data_dir=tmp_path).start()
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", max_depth=3, buffer_size=10, retry_interval=0.05)
+        srv.stop()
+        assert all(q.put(rec(i)) for i in range(5))
+        srv.start()
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert q.buffered == 0 and q.overflowed == 2 and q.overflow_total() == 2
+        assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in range(3)]
+        q.close()
+    finally:
+        srv.cleanup()
+
+
+def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_path, prefix):
+    """The spill goes out in pipelined batches; a batch cut off by Redis stopping is sent again whole once it
+    is back, and the puts of it that had landed are refused by their keys."""
+    srv = RedisServer(data_dir=tmp_path).start()
+    n = 4000
+    try:
+        q = RedisStreamQueue(
+            f"{srv.url}?prefix={prefix}", buffer_size=n, retry_interval=0.05, spill=str(tmp_path / "s.sqlite")
+        )
+        srv.stop()
+        assert all(q.put(rec(i)) for i in range(n))
+        srv.start()
+        deadline = time.monotonic() + 10
+        while q.buffered > n - 500 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        srv.stop()  # mid-flush
+        assert 0 < q.buffered < n
+        srv.start()
+        deadline = time.monotonic() + 30
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert q.buffered == 0
+        got = [g.record.trace_id for g in q.lease(2 * n, 30)]
+        assert got == [f"{i:032x}" for i in range(n)]  # all, once each, in order
+        q.close()
+    finally:
+        srv.cleanup()
+
+
 def test_metrics_registered_on_registry(redis_server, prefix):
     from prometheus_client import CollectorRegistry
 

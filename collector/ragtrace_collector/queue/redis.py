@@ -24,9 +24,11 @@ Capacity: the put script refuses a record when the stream (plus delayed set) hol
 Redis unreachable on the receiving side: records go to a bounded local spill (FIFO,
 :mod:`ragtrace_collector.queue.spill`: a SQLite file that outlives the process, or process memory);
 beyond ``buffer_size`` the newest are shed and counted; a background thread flushes the spill,
-oldest first, once Redis answers again, and a queue opened on a spill that still holds records (left
-by a receiver killed during an outage) starts by flushing them. ``put`` never waits for a dead Redis
-longer than the socket connect timeout, and not at all while Redis is known to be down.
+oldest first and ``FLUSH_BATCH`` puts per round trip, once Redis answers again. A queue opened on a spill
+that still holds records (left by a receiver killed during an outage) starts by flushing them, and a
+receiver sharing a spill file looks for records left there every ``spill_check_interval`` seconds. ``put``
+never waits for a dead Redis longer than the socket connect timeout, and not at all while Redis is known to
+be down.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from ragtrace_collector.queue.base import Leased, RecordQueue
 from ragtrace_collector.queue.spill import Spilled, open_spill
 
 log = logging.getLogger(__name__)
+
+FLUSH_BATCH = 200  # spilled records sent per Redis round trip (pipelined puts) once Redis is back
 
 # Put: KEYS[4] is this put's idempotency key, so a put retried after a lost reply (connection cut
 # mid-command) does not enqueue the record twice.
@@ -209,6 +213,7 @@ class RedisStreamQueue(RecordQueue):
         alive_interval: float = 2.0,
         alive_ttl: float = 10.0,
         spill: str | None = None,
+        spill_check_interval: float = 30.0,
     ) -> None:
         _, opts = split_url(url)
         self.url = url
@@ -235,6 +240,9 @@ class RedisStreamQueue(RecordQueue):
         self._buf_lock = threading.Lock()
         # This process holds spilled records (or found some at start): puts queue behind them, in order.
         self._spilling = False
+        # A spill file shared with other receivers may hold records one of them left (killed mid-outage).
+        self._spill_check_interval = spill_check_interval
+        self._next_spill_check = time.monotonic() + spill_check_interval
         self._retry_interval = retry_interval
         self._breaker = Breaker("redis queue", "buffering records locally", retry_interval)
         self._flusher: threading.Thread | None = None
@@ -269,6 +277,10 @@ class RedisStreamQueue(RecordQueue):
             buffering = self._spilling or not self._breaker.available()
             if buffering:
                 return self._to_buffer_locked(payload)
+            if self._spill.durable and time.monotonic() >= self._next_spill_check:
+                self._next_spill_check = time.monotonic() + self._spill_check_interval
+                if len(self._spill):  # left in the shared file by another receiver: send them on
+                    self._start_flusher_locked()
         try:
             return self._put_redis(payload)
         except UNAVAILABLE as exc:
@@ -276,11 +288,14 @@ class RedisStreamQueue(RecordQueue):
             with self._buf_lock:
                 return self._to_buffer_locked(payload)
 
-    def _put_redis(self, payload: Spilled) -> bool:
+    def _put_redis(self, payload: Spilled, pipe: redis.client.Pipeline | None = None) -> bool:
         entry_id = self._put(
             keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload.put_id}"],
             args=[self.max_depth, payload.payload, payload.enqueued_at],
+            client=pipe,
         )
+        if pipe is not None:  # queued; the caller reads the reply
+            return True
         if entry_id is None:
             self.overflowed += 1
             return False
@@ -312,24 +327,32 @@ class RedisStreamQueue(RecordQueue):
                 self._flushing = False
 
     def flush_buffer(self, stop_flushing: bool = False) -> bool:
-        """Move spilled records to Redis, oldest first; ``True`` once the spill is empty."""
+        """Move spilled records to Redis, oldest first, ``FLUSH_BATCH`` per round trip; ``True`` once empty.
+
+        A batch cut off by a failure is sent again whole: its puts that did land are refused by their
+        idempotency keys, so none is enqueued twice.
+        """
         with self._flush_lock:
             while True:
                 with self._buf_lock:
-                    payload = self._spill.oldest()
-                    if payload is None:
+                    batch = self._spill.oldest(FLUSH_BATCH)
+                    if not batch:
                         self._spilling = False
                         self._breaker.recovered()
                         if stop_flushing:
                             self._flushing = False
                         return True
                 try:
-                    self._put_redis(payload)  # full stream: counted as overflow, dropped like any put
+                    pipe = self._r.pipeline(transaction=False)
+                    for payload in batch:
+                        self._put_redis(payload, pipe)
+                    # A full stream refuses a put (None): counted as overflow, dropped like any put.
+                    self.overflowed += sum(entry is None for entry in pipe.execute())
                 except UNAVAILABLE as exc:
                     self._breaker.failed(exc)
                     return False
                 with self._buf_lock:
-                    self._spill.remove(payload)
+                    self._spill.remove(batch)
 
     @property
     def dropped(self) -> int:
@@ -537,8 +560,8 @@ class RedisStreamQueue(RecordQueue):
             pass
         with self._buf_lock:
             held = self._spill.oldest()
-        if held is not None:
-            times.append(float(held.enqueued_at))
+        if held:
+            times.append(float(held[0].enqueued_at))
         return max(0.0, time.time() - min(times)) if times else None
 
     def overflow_total(self) -> int:

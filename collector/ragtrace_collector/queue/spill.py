@@ -19,6 +19,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +41,9 @@ class Spill(ABC):
     """A bounded FIFO of :class:`Spilled` records, safe to call from several threads.
 
     ``append`` keeps an entry unless ``max_records`` are held (``False``: the caller counts it shed);
-    ``oldest`` returns the oldest entry without taking it; ``remove`` takes that entry once it reached
-    Redis (a no-op when another process sharing the store took it first); ``len`` is the entries held.
+    ``oldest`` returns up to ``limit`` of the oldest entries, oldest first, without taking them; ``remove``
+    takes entries once they reached Redis (an entry another process sharing the store took first is skipped);
+    ``len`` is the entries held.
     ``durable`` says whether held entries outlive the process (``close`` then loses nothing).
     """
 
@@ -54,10 +56,10 @@ class Spill(ABC):
     def append(self, entry: Spilled) -> bool: ...
 
     @abstractmethod
-    def oldest(self) -> Spilled | None: ...
+    def oldest(self, limit: int = 1) -> list[Spilled]: ...
 
     @abstractmethod
-    def remove(self, entry: Spilled) -> None: ...
+    def remove(self, entries: Sequence[Spilled]) -> None: ...
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -81,19 +83,20 @@ class MemorySpill(Spill):
             self._entries.append(entry)
             return True
 
-    def oldest(self) -> Spilled | None:
+    def oldest(self, limit: int = 1) -> list[Spilled]:
         with self._lock:
-            return self._entries[0] if self._entries else None
+            return [self._entries[k] for k in range(min(limit, len(self._entries)))]
 
-    def remove(self, entry: Spilled) -> None:
+    def remove(self, entries: Sequence[Spilled]) -> None:
         with self._lock:
-            if self._entries and self._entries[0] is entry:
-                self._entries.popleft()
-            else:
-                try:
-                    self._entries.remove(entry)
-                except ValueError:
-                    pass
+            for entry in entries:
+                if self._entries and self._entries[0] is entry:
+                    self._entries.popleft()
+                else:
+                    try:
+                        self._entries.remove(entry)
+                    except ValueError:
+                        pass
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -155,14 +158,22 @@ class SqliteSpill(Spill):
             )
             return cur.rowcount == 1
 
-    def oldest(self) -> Spilled | None:
+    def oldest(self, limit: int = 1) -> list[Spilled]:
         with self._lock:
-            row = self._db.execute("SELECT payload, enqueued_at, put_id FROM spilled ORDER BY id LIMIT 1").fetchone()
-        return Spilled(*row) if row else None
+            rows = self._db.execute(
+                "SELECT payload, enqueued_at, put_id FROM spilled ORDER BY id LIMIT ?", (limit,)
+            ).fetchall()
+        return [Spilled(*row) for row in rows]
 
-    def remove(self, entry: Spilled) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM spilled WHERE put_id = ?", (entry.put_id,))
+    def remove(self, entries: Sequence[Spilled]) -> None:
+        with self._lock:  # one transaction: one commit for the batch
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM spilled WHERE put_id = ?", [(e.put_id,) for e in entries])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def __len__(self) -> int:
         with self._lock:

@@ -31,8 +31,8 @@ def test_first_in_first_out_within_the_bound(spill):
     assert [spill.append(entry(i)) for i in range(5)] == [True, True, True, False, False]
     assert len(spill) == 3
     out = []
-    while (oldest := spill.oldest()) is not None:
-        out.append(oldest)
+    while oldest := spill.oldest():
+        out += oldest
         spill.remove(oldest)
     assert out == [entry(0), entry(1), entry(2)]
     assert len(spill) == 0 and spill.append(entry(9))  # room again
@@ -44,7 +44,15 @@ def test_removing_an_entry_already_taken_is_a_no_op(spill):
     first = spill.oldest()
     spill.remove(first)
     spill.remove(first)  # another flusher sharing the store took it too
-    assert spill.oldest() == entry(2) and len(spill) == 1
+    assert spill.oldest() == [entry(2)] and len(spill) == 1
+
+
+def test_oldest_reads_a_batch_in_order_and_remove_takes_it_whole(spill):
+    for i in range(3):
+        spill.append(entry(i))
+    assert spill.oldest(2) == [entry(0), entry(1)] and spill.oldest(10) == [entry(0), entry(1), entry(2)]
+    spill.remove([entry(1), entry(0)])  # a batch, some of it maybe taken already: the rest goes
+    assert spill.oldest(10) == [entry(2)] and len(spill) == 1
 
 
 def test_a_file_outlives_the_object(tmp_path):
@@ -54,7 +62,7 @@ def test_a_file_outlives_the_object(tmp_path):
         first.append(entry(i))
     first.close()
     again = SqliteSpill(path, 10)
-    assert len(again) == 4 and again.oldest() == entry(0)
+    assert len(again) == 4 and again.oldest() == [entry(0)]
     again.close()
 
 
@@ -88,7 +96,7 @@ def test_committed_entries_survive_the_writer_being_killed(tmp_path):
     proc.wait(timeout=10)
     reopened = SqliteSpill(path, 100000)
     assert len(reopened) >= acknowledged + 1  # every entry the writer saw appended (maybe one more)
-    assert reopened.oldest() is not None and reopened.oldest().put_id == "put-0"
+    assert [e.put_id for e in reopened.oldest()] == ["put-0"]
     reopened.close()
 
 
