@@ -20,9 +20,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Errors meaning "Redis is not there right now" (BusyLoadingError, AOF replay after a restart, is a
-# ConnectionError subclass).
-UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# Errors meaning "Redis cannot take this now": not there (BusyLoadingError, AOF replay after a restart, is a
+# ConnectionError subclass), full (OOM: maxmemory reached with noeviction) or a replica after a failover
+# (READONLY). Each caller keeps working on its local fallback until Redis takes writes again.
+UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    OSError,
+)
 
 # Query options of a ragtrace Redis URL that redis-py does not understand.
 OUR_OPTIONS = frozenset({"prefix", "group", "buffer", "receivers"})
