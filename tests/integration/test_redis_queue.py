@@ -304,10 +304,14 @@ def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_pa
     """The spill goes out in pipelined batches; a batch cut off by Redis stopping is sent again whole once it
     is back, and the puts of it that had landed are refused by their keys."""
     srv = RedisServer(data_dir=tmp_path).start()
-    n = 4000
+    n = 20_000  # well over what is sent while Redis shuts down (~13,000 records/s)
     try:
         q = RedisStreamQueue(
-            f"{srv.url}?prefix={prefix}", buffer_size=n, retry_interval=0.05, spill=str(tmp_path / "s.sqlite")
+            f"{srv.url}?prefix={prefix}",
+            max_depth=n,
+            buffer_size=n,
+            retry_interval=0.05,
+            spill=str(tmp_path / "s.sqlite"),
         )
         srv.stop()
         assert all(q.put(rec(i)) for i in range(n))
@@ -323,6 +327,7 @@ def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_pa
             time.sleep(0.05)
         assert q.buffered == 0
         got = [g.record.trace_id for g in q.lease(2 * n, 30)]
+        assert q.overflowed == 0
         assert got == [f"{i:032x}" for i in range(n)]  # all, once each, in order
         q.close()
     finally:

@@ -33,6 +33,7 @@ from ragtrace_collector.exporter.prometheus import EvalMetrics
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.service.app import CollectorApp
+from tests.support.assembly import ManualClock
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 PB = {"Content-Type": "application/x-protobuf"}
@@ -81,16 +82,6 @@ def rag_trace(service: str, pipeline: str, model: str) -> ResourceSpans:
     return ResourceSpans(
         resource=Resource(attributes=_attrs({"service.name": service})), scope_spans=[ScopeSpans(spans=[root, gen])]
     )
-
-
-class FakeClock:
-    """Seconds that only move when the test says so (label slots expire after minutes, not in a test)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Served:
@@ -152,7 +143,7 @@ async def served(tmp_path):
     apps: list[CollectorApp] = []
     session = aiohttp.ClientSession()
 
-    async def start(clock: FakeClock | None = None, **limits: object) -> Served:
+    async def start(clock: ManualClock | None = None, **limits: object) -> Served:
         overrides: dict[str, object] = {
             "role": "receiver",
             "data_dir": str(tmp_path / f"c{len(apps)}"),
@@ -209,14 +200,14 @@ async def test_series_cap_is_configurable_and_counts_histogram_series(served):
 
 
 async def test_idle_label_slots_expire_and_their_series_go(served):
-    clock = FakeClock()
+    clock = ManualClock()
     collector = await served(clock=clock)
     await collector.send([("bot", f"junk-{i:02}", "m") for i in range(50)])  # every pipeline slot, first
     await collector.send([("bot", "checkout", "m")])
     received = dict((s["pipeline"], v) for s, v in samples(await collector.scrape(), "ragtrace_traces_received_total"))
     assert "checkout" not in received and received.get("other", 0) >= 1  # the attack works while junk is fresh
 
-    clock.now += 3_600  # an hour later the junk has not been seen again; the real pipeline keeps sending
+    clock.t += 3_600  # an hour later the junk has not been seen again; the real pipeline keeps sending
     await collector.send([("bot", "checkout", "m")])
     text = await collector.scrape()
     received = dict((s["pipeline"], v) for s, v in samples(text, "ragtrace_traces_received_total"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 class ManualClock:
-    """``time.monotonic`` for tests: starts at 1000 s, moves when the test sets ``t``."""
+    """``time.monotonic`` for tests (the assembler's, the metric label slots'): starts at 1000 s, moves when the
+    test sets ``t``."""
 
     def __init__(self) -> None:
         self.t = 1000.0

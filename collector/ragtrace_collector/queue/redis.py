@@ -288,15 +288,17 @@ class RedisStreamQueue(RecordQueue):
             with self._buf_lock:
                 return self._to_buffer_locked(payload)
 
-    def _put_redis(self, payload: Spilled, pipe: redis.client.Pipeline | None = None) -> bool:
-        entry_id = self._put(
+    def _send(self, payload: Spilled, client: redis.client.Pipeline | None = None) -> object:
+        """Run the put script for ``payload``: its entry id, ``None`` when the stream is full (on a pipeline,
+        queued: the reply comes from ``execute``)."""
+        return self._put(
             keys=[self.stream, self.delayed, self.overflow_key, f"{self.prefix}:put:{payload.put_id}"],
             args=[self.max_depth, payload.payload, payload.enqueued_at],
-            client=pipe,
+            client=client,
         )
-        if pipe is not None:  # queued; the caller reads the reply
-            return True
-        if entry_id is None:
+
+    def _put_redis(self, payload: Spilled) -> bool:
+        if self._send(payload) is None:
             self.overflowed += 1
             return False
         return True
@@ -345,7 +347,7 @@ class RedisStreamQueue(RecordQueue):
                 try:
                     pipe = self._r.pipeline(transaction=False)
                     for payload in batch:
-                        self._put_redis(payload, pipe)
+                        self._send(payload, pipe)
                     # A full stream refuses a put (None): counted as overflow, dropped like any put.
                     self.overflowed += sum(entry is None for entry in pipe.execute())
                 except UNAVAILABLE as exc:
