@@ -12,7 +12,7 @@ import redis
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue import open_queue
 from ragtrace_collector.queue.redis import RedisStreamQueue, ScoredMarks
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import REFUSALS, RedisServer, refuse_writes, take_writes_again
 
 pytestmark = pytest.mark.integration
 
@@ -334,27 +334,20 @@ def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_pa
         srv.cleanup()
 
 
-@pytest.mark.parametrize("refusal", ["maxmemory", "replica"])
+@pytest.mark.parametrize("refusal", REFUSALS)
 def test_a_redis_refusing_writes_is_an_outage_not_an_error(tmp_path, prefix, refusal):
-    """Redis full (``maxmemory`` with ``noeviction``: OOM) or a replica after a failover (READONLY) refuses the put:
-    the receiver spills the records as for an unreachable Redis and sends them once Redis takes writes again,
-    instead of raising on every put (each then counted lost)."""
-    srv = RedisServer(data_dir=tmp_path).start()
+    """Redis full (``maxmemory`` with ``noeviction``: OOM), a replica after a failover (READONLY) or unable to write
+    its snapshot (MISCONF: disk full) refuses the put: the receiver spills the records as for an unreachable Redis
+    and sends them once Redis takes writes again, instead of raising on every put (each then counted lost)."""
+    srv = RedisServer(data_dir=tmp_path, args=("--enable-protected-configs", "yes")).start()  # CONFIG SET dir
     admin = redis.Redis.from_url(srv.url)
     try:
         q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(tmp_path / "s.sqlite"))
         assert q.put(rec(0))
-        if refusal == "maxmemory":
-            admin.config_set("maxmemory-policy", "noeviction")
-            admin.config_set("maxmemory", "1")  # anything more is refused
-        else:
-            admin.replicaof("127.0.0.1", "1")  # a replica of nobody: read-only
+        refuse_writes(admin, refusal, tmp_path)
         assert all(q.put(rec(i)) for i in range(1, 21))  # none raises, none is refused
         assert q.buffered == 20 and q.shed == 0
-        if refusal == "maxmemory":
-            admin.config_set("maxmemory", "0")
-        else:
-            admin.replicaof("NO", "ONE")
+        take_writes_again(admin, refusal, tmp_path)
         deadline = time.monotonic() + 10
         while q.buffered and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -7,11 +7,12 @@ import time
 import uuid
 
 import pytest
+import redis
 
 from ragtrace_collector.model.spans import DecodedRequest, SpanData
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import REFUSALS, RedisServer, refuse_writes, take_writes_again
 
 pytestmark = pytest.mark.integration
 
@@ -125,6 +126,30 @@ def test_redis_down_assembles_locally_and_recovers(tmp_path):
         assert s.fallback_traces == 1  # back on Redis
         assert [c.trace_id for c in s.pop_due(time.monotonic())] == [tid(3)]
     finally:
+        srv.cleanup()
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_redis_refusing_writes_assembles_locally_and_recovers(tmp_path, refusal):
+    """Full (OOM), read-only (a replica after a failover) or unable to persist (MISCONF): spans are assembled
+    locally, as with Redis down, instead of raising out of the receiver; shared again once writes are taken."""
+    srv = RedisServer(data_dir=tmp_path, args=("--enable-protected-configs", "yes")).start()
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        s = RedisAssemblyState(f"{srv.url}?prefix=x", grace_seconds=0.0, retry_interval=0.1)
+        s.add(tid(1), [span(tid(1), "0000000000000001")], 10, True, time.monotonic())
+        assert [c.trace_id for c in s.pop_due(time.monotonic())] == [tid(1)]
+        refuse_writes(admin, refusal, tmp_path)
+        s.add(tid(2), [span(tid(2), "0000000000000001")], 10, True, time.monotonic())
+        assert s.fallback_traces == 1
+        assert [c.trace_id for c in s.pop_due(time.monotonic())] == [tid(2)]
+        take_writes_again(admin, refusal, tmp_path)
+        time.sleep(0.15)
+        s.add(tid(3), [span(tid(3), "0000000000000001")], 10, True, time.monotonic())
+        assert s.fallback_traces == 1  # back on Redis
+        assert [c.trace_id for c in s.pop_due(time.monotonic())] == [tid(3)]
+    finally:
+        admin.close()
         srv.cleanup()
 
 

@@ -13,9 +13,14 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support.net import free_port, wait_for_port
+
+if TYPE_CHECKING:
+    import redis
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -23,8 +28,11 @@ REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 class RedisServer:
     """One redis-server process; ``url`` stays the same across ``restart()``."""
 
-    def __init__(self, port: int | None = None, data_dir: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, data_dir: str | os.PathLike | None = None, args: Sequence[str] = ()
+    ) -> None:
         self.port = port or free_port()
+        self.args = tuple(args)  # more redis-server options, e.g. ("--enable-protected-configs", "yes")
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ragtrace-redis-"))
         self.proc: subprocess.Popen | None = None
@@ -57,6 +65,7 @@ class RedisServer:
                 "warning",
                 "--logfile",
                 str(self.data_dir / "redis.log"),
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -108,3 +117,39 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+REFUSALS = ("maxmemory", "replica", "snapshot_failing")
+
+
+def refuse_writes(admin: redis.Redis, refusal: str, scratch: Path) -> None:
+    """Make a running Redis refuse writes as production ones do: ``maxmemory`` reached (OOM), a replica after a
+    failover (READONLY), or a snapshot it cannot write (MISCONF; needs ``--enable-protected-configs yes``)."""
+    if refusal == "maxmemory":
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")  # anything more is refused
+    elif refusal == "replica":
+        admin.replicaof("127.0.0.1", "1")  # a replica of nobody: read-only
+    else:  # a snapshot that cannot be written (disk full, directory gone): MISCONF until one succeeds
+        gone = scratch / "gone"
+        gone.mkdir()
+        admin.config_set("dir", str(gone))
+        gone.rmdir()
+        admin.config_set("save", "3600 1")
+        admin.config_set("stop-writes-on-bgsave-error", "yes")
+        admin.bgsave()
+        deadline = time.monotonic() + 10
+        while admin.info("persistence")["rdb_last_bgsave_status"] != "err":
+            assert time.monotonic() < deadline, "the snapshot did not fail"
+            time.sleep(0.02)
+
+
+def take_writes_again(admin: redis.Redis, refusal: str, scratch: Path) -> None:
+    """Undo :func:`refuse_writes` the way an operator would."""
+    if refusal == "maxmemory":
+        admin.config_set("maxmemory", "0")
+    elif refusal == "replica":
+        admin.replicaof("NO", "ONE")
+    else:  # the operator frees the disk: the next snapshot succeeds
+        admin.config_set("dir", str(scratch))
+        admin.bgsave()

@@ -11,23 +11,70 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
+import redis.connection
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
+class WritesDisabled(redis.exceptions.ResponseError):
+    """MISCONF: Redis refuses writes because it cannot persist (a failed RDB snapshot or AOF write: disk full)."""
+
+
+class Busy(redis.exceptions.ResponseError):
+    """BUSY: a script or module command has run past ``busy-reply-threshold``; Redis serves nothing else till it ends."""
+
+
+# Refusals redis-py reports as a plain ResponseError, by the code their message starts with.
+_REFUSALS: dict[str, type[redis.exceptions.ResponseError]] = {"MISCONF": WritesDisabled, "BUSY": Busy}
+
+
+class _NamesRefusals(redis.connection.AbstractConnection):
+    """A connection raising :class:`WritesDisabled` / :class:`Busy` where redis-py raises a plain ResponseError,
+    so callers can tell "cannot take this now" from a bad command (whatever parser and protocol it uses)."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except redis.exceptions.ResponseError as exc:
+            named = _REFUSALS.get(str(exc).split(" ", 1)[0])
+            if named is None or isinstance(exc, named):
+                raise
+            raise named(str(exc)) from exc
+
+
+class _Connection(_NamesRefusals, redis.connection.Connection):
+    pass
+
+
+class _SSLConnection(_NamesRefusals, redis.connection.SSLConnection):
+    pass
+
+
+class _UnixConnection(_NamesRefusals, redis.connection.UnixDomainSocketConnection):
+    pass
+
+
+_CONNECTIONS = {"rediss": _SSLConnection, "unix": _UnixConnection}
+
+
 # Errors meaning "Redis cannot take this now": not there (BusyLoadingError, AOF replay after a restart, is a
-# ConnectionError subclass), full (OOM: maxmemory reached with noeviction) or a replica after a failover
-# (READONLY). Each caller keeps working on its local fallback until Redis takes writes again.
+# ConnectionError subclass), full (OOM: maxmemory reached with noeviction), a replica after a failover (READONLY,
+# and MASTERDOWN for reads where stale data is not served), unable to persist (MISCONF) or stuck in a long script
+# (BUSY). Each caller keeps working on its local fallback until Redis takes writes again.
 UNAVAILABLE = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.OutOfMemoryError,
     redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+    WritesDisabled,
+    Busy,
     OSError,
 )
 
@@ -45,7 +92,9 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
             ours[k] = v
         else:
             theirs.append((k, v))
-    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
+    # Not urlunsplit: it drops the empty authority of unix:///path (redis-py then refuses "unix:/path").
+    base = url.split("?", 1)[0].split("#", 1)[0]
+    return (f"{base}?{urlencode(theirs)}" if theirs else base), ours
 
 
 def key_prefix(url: str, default: str = "ragtrace") -> str:
@@ -63,6 +112,7 @@ def connect(url: str, *, connect_timeout: float = 0.5, timeout: float = 2.0) -> 
         socket_timeout=timeout,
         health_check_interval=15,
         retry_on_timeout=False,
+        connection_class=_CONNECTIONS.get(urlsplit(base).scheme, _Connection),
     )
 
 
