@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from ragtrace_collector.cli.printable import json_line, printable
 from ragtrace_collector.explorer.query import parse_duration, parse_time
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
-from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
+from ragtrace_collector.scoring.results_store import ResultFilter, ResultsStore, StoredResult
 
 MAX_TEXT = 160
 
@@ -164,18 +164,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         print(f"{path} is not a ragtrace results store: {exc}", file=sys.stderr)
         return 1
+    where = ResultFilter(
+        metric=args.metric,
+        below=args.below,
+        above=args.above,
+        pipeline=args.pipeline,
+        since=since,
+        service=args.service,
+        trace_id=args.trace_id,
+        judge=args.judge,
+    )
     if args.summary:
         try:
-            summary = store.summary(
-                pipeline=args.pipeline,
-                metric=args.metric,
-                below=args.below,
-                above=args.above,
-                since=since,
-                service=args.service,
-                trace_id=args.trace_id,
-                judge=args.judge,
-            )
+            summary = store.summary(where)
         finally:
             store.close()
         if args.json:
@@ -186,17 +187,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 0
     try:
         if args.metric:
-            rows = store.worst(
-                args.metric,
-                below=args.below,
-                above=args.above,
-                limit=args.limit,
-                pipeline=args.pipeline,
-                since=since,
-                service=args.service,
-                trace_id=args.trace_id,
-                judge=args.judge,
-            )
+            rows = store.worst(where, limit=args.limit)
         else:  # one trace: every metric, any outcome
             rows = store.results_of_trace(args.trace_id, since=since, judge=args.judge)[: args.limit]
         if not rows and args.metric and args.metric not in store.metrics():

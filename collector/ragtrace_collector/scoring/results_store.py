@@ -184,6 +184,42 @@ class StoredRecord:
         return next((r.judge for r in self.results if r.judge), None)
 
 
+@dataclass(frozen=True)
+class ResultFilter:
+    """A filter over stored results (``ragtrace-collector results``, the faithfulness page's command): every
+    condition given must hold. ``below``/``above`` keep scores strictly past them (so no skipped or failed result);
+    ``since`` keeps results stored at or after it (unix seconds)."""
+
+    metric: str | None = None
+    below: float | None = None
+    above: float | None = None
+    pipeline: str | None = None
+    since: float | None = None
+    service: str | None = None
+    trace_id: str | None = None
+    judge: str | None = None
+
+    def clauses(self) -> tuple[list[str], list[Any]]:
+        """The SQL conditions over ``results`` and their parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("metric", self.metric),
+            ("pipeline", self.pipeline),
+            ("service", self.service),
+            ("trace_id", self.trace_id),
+            ("judge", self.judge),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        for condition, bound in (("score < ?", self.below), ("score > ?", self.above), ("scored_at >= ?", self.since)):
+            if bound is not None:
+                clauses.append(condition)
+                params.append(float(bound))
+        return clauses, params
+
+
 @dataclass
 class RecordQuery:
     """A filter over stored records: every condition given must hold.
@@ -340,32 +376,10 @@ class ResultsStore:
             ).fetchall()
         return [_row(r) for r in rows]
 
-    def worst(
-        self,
-        metric: str,
-        below: float | None = None,
-        above: float | None = None,
-        limit: int = 20,
-        pipeline: str | None = None,
-        since: float | None = None,
-        service: str | None = None,
-        trace_id: str | None = None,
-        *,
-        judge: str | None = None,
-    ) -> list[StoredResult]:
-        """Scored rows of ``metric``, worst first (lowest score, or highest where lower is better), the newest
-        first among equal scores; filtered to ``score < below`` and/or ``score > above``, stored at or after
-        ``since`` (unix seconds), of ``service``, of ``trace_id`` and scored by ``judge``."""
-        clauses, params = _result_filter(
-            metric=metric,
-            below=below,
-            above=above,
-            pipeline=pipeline,
-            since=since,
-            service=service,
-            trace_id=trace_id,
-            judge=judge,
-        )
+    def worst(self, where: ResultFilter, limit: int = 20) -> list[StoredResult]:
+        """Scored rows matching ``where`` (one metric, or several), worst first (lowest score, or highest where
+        lower is better), the newest first among equal scores."""
+        clauses, params = where.clauses()
         clauses.append("status = 'scored'")
         # "worst" follows each row's direction: ascending score when higher is better; then the newest
         order = "CASE WHEN higher_is_better = 1 THEN score ELSE -score END ASC, scored_at DESC, record_key"
@@ -375,35 +389,12 @@ class ResultsStore:
             rows = self._db.execute(sql, params).fetchall()
         return [_row(r) for r in rows]
 
-    def summary(
-        self,
-        pipeline: str | None = None,
-        *,
-        metric: str | None = None,
-        below: float | None = None,
-        above: float | None = None,
-        since: float | None = None,
-        service: str | None = None,
-        trace_id: str | None = None,
-        judge: str | None = None,
-    ) -> list[dict[str, Any]]:
+    def summary(self, where: ResultFilter = ResultFilter()) -> list[dict[str, Any]]:
         """Per metric: results by status, mean score, and the sampling-weighted mean score (each
-        record weighs 1 / its sampling probability, so it estimates the mean over all traffic).
-
-        Filtered as :meth:`worst` filters: ``below``/``above`` keep only scores strictly past them (so no
-        skipped or failed result), ``since`` the results stored at or after it (unix seconds), ``judge`` the
-        results of that judge."""
-        clauses, filter_params = _result_filter(
-            metric=metric,
-            below=below,
-            above=above,
-            pipeline=pipeline,
-            since=since,
-            service=service,
-            trace_id=trace_id,
-            judge=judge,
-        )
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        record weighs 1 / its sampling probability, so it estimates the mean over all traffic), of the results
+        matching ``where``."""
+        clauses, filter_params = where.clauses()
+        condition = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params = tuple(filter_params)
         sql = (
             "SELECT metric, "
@@ -412,7 +403,7 @@ class ResultsStore:
             "SUM(CASE WHEN status = 'scored' THEN score * sampling_weight END) "
             "/ SUM(CASE WHEN status = 'scored' THEN sampling_weight END), "
             "MAX(higher_is_better) "
-            f"FROM results{where} GROUP BY metric ORDER BY metric"
+            f"FROM results{condition} GROUP BY metric ORDER BY metric"
         )
         with self._lock:
             rows = self._db.execute(sql, params).fetchall()
@@ -438,7 +429,7 @@ class ResultsStore:
     ) -> list[StoredResult]:
         """Every result of one trace (all metrics, any status), newest first; stored at or after ``since``
         (unix seconds) and of ``judge`` where given."""
-        clauses, params = _result_filter(trace_id=trace_id, since=since, judge=judge)
+        clauses, params = ResultFilter(trace_id=trace_id, since=since, judge=judge).clauses()
         sql = f"SELECT {', '.join(_COLUMNS)} FROM results WHERE {' AND '.join(clauses)}"
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY scored_at DESC, metric", params).fetchall()
@@ -606,42 +597,6 @@ class ResultsStore:
             if not self._closed:
                 self._closed = True
                 self._db.close()
-
-
-def _result_filter(
-    metric: str | None = None,
-    below: float | None = None,
-    above: float | None = None,
-    pipeline: str | None = None,
-    since: float | None = None,
-    service: str | None = None,
-    trace_id: str | None = None,
-    judge: str | None = None,
-) -> tuple[list[str], list[Any]]:
-    """The conditions (over ``results``) of ``results``' filters, one place for the listing, the summary and
-    one trace's results."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value in (
-        ("metric", metric),
-        ("pipeline", pipeline),
-        ("service", service),
-        ("trace_id", trace_id),
-        ("judge", judge),
-    ):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if below is not None:
-        clauses.append("score < ?")
-        params.append(float(below))
-    if above is not None:
-        clauses.append("score > ?")
-        params.append(float(above))
-    if since is not None:
-        clauses.append("scored_at >= ?")
-        params.append(float(since))
-    return clauses, params
 
 
 def _where(**filters: Any) -> tuple[str, tuple[Any, ...]]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
-from ragtrace_collector.scoring.results_store import ResultsStore
+from ragtrace_collector.scoring.results_store import ResultFilter, ResultsStore
+
+
+def worst(store: ResultsStore, metric: str, limit: int = 20, **filters) -> list:
+    return store.worst(ResultFilter(metric=metric, **filters), limit=limit)
 
 
 def rec(i: int, pipeline: str = "qa") -> RagRecord:
@@ -46,14 +50,14 @@ def test_worst_first_with_threshold_and_direction(tmp_path):
     for i, s in enumerate([0.9, 0.1, 0.45, 0.3]):
         store.add(rec(i), [MetricResult("faithfulness", "scored", s)], "local")
     store.add(rec(9), [MetricResult("faithfulness", "error", reason="bad reply")], "local")
-    rows = store.worst("faithfulness", below=0.5)
+    rows = worst(store, "faithfulness", below=0.5)
     assert [r.score for r in rows] == [0.1, 0.3, 0.45]
-    assert [r.score for r in store.worst("faithfulness", limit=2)] == [0.1, 0.3]
+    assert [r.score for r in worst(store, "faithfulness", limit=2)] == [0.1, 0.3]
     # lower-is-better metrics list their highest scores first
     for i, s in enumerate([0.2, 0.8, 0.6]):
         store.add(rec(i), [MetricResult("hallucination", "scored", s, higher_is_better=False)], "local")
-    assert [r.score for r in store.worst("hallucination", above=0.5)] == [0.8, 0.6]
-    assert store.worst("faithfulness", pipeline="other") == []
+    assert [r.score for r in worst(store, "hallucination", above=0.5)] == [0.8, 0.6]
+    assert worst(store, "faithfulness", pipeline="other") == []
 
 
 def test_judge_filter_of_worst_summary_and_one_trace(tmp_path):
@@ -69,16 +73,16 @@ def test_judge_filter_of_worst_summary_and_one_trace(tmp_path):
     def judged(rows):
         return sorted((r.judge, r.score) for r in rows)
 
-    assert judged(store.worst("faithfulness", judge="local")) == [("local", 0.4), ("local", 0.5), ("local", 0.8)]
-    assert judged(store.worst("faithfulness", judge="gpt-4o")) == [("gpt-4o", 0.3), ("gpt-4o", 0.9)]
-    assert [r.score for r in store.worst("faithfulness", below=0.45, judge="gpt-4o")] == [0.3]
-    assert judged(store.worst("faithfulness")) == sorted(
-        judged(store.worst("faithfulness", judge="local")) + judged(store.worst("faithfulness", judge="gpt-4o"))
+    assert judged(worst(store, "faithfulness", judge="local")) == [("local", 0.4), ("local", 0.5), ("local", 0.8)]
+    assert judged(worst(store, "faithfulness", judge="gpt-4o")) == [("gpt-4o", 0.3), ("gpt-4o", 0.9)]
+    assert [r.score for r in worst(store, "faithfulness", below=0.45, judge="gpt-4o")] == [0.3]
+    assert judged(worst(store, "faithfulness")) == sorted(
+        judged(worst(store, "faithfulness", judge="local")) + judged(worst(store, "faithfulness", judge="gpt-4o"))
     )  # without the filter, both judges' rows
-    assert store.worst("faithfulness", judge="nobody") == []
+    assert worst(store, "faithfulness", judge="nobody") == []
 
     def counted(**filters):
-        return {m["metric"]: (m["scored"], round(m["mean"], 3)) for m in store.summary(**filters)}
+        return {m["metric"]: (m["scored"], round(m["mean"], 3)) for m in store.summary(ResultFilter(**filters))}
 
     assert counted(judge="local") == {"faithfulness": (3, round((0.4 + 0.8 + 0.5) / 3, 3))}
     assert counted(judge="gpt-4o") == {"answer_relevancy": (1, 0.6), "faithfulness": (2, 0.6)}
@@ -244,9 +248,9 @@ def test_cli_listing_newest_first_among_equal_scores(tmp_path):
     for i in range(3):
         store.add(rec(i), [MetricResult("faithfulness", "scored", 0.5)], "local")
         store._db.execute("UPDATE results SET scored_at = ? WHERE record_key = ?", (1000.0 + i, rec(i).key))
-    assert [r.record_key for r in store.worst("faithfulness")] == [rec(2).key, rec(1).key, rec(0).key]
-    assert [r.record_key for r in store.worst("faithfulness", since=1001.0)] == [rec(2).key, rec(1).key]
-    assert [r.record_key for r in store.worst("faithfulness", trace_id=rec(1).trace_id)] == [rec(1).key]
+    assert [r.record_key for r in worst(store, "faithfulness")] == [rec(2).key, rec(1).key, rec(0).key]
+    assert [r.record_key for r in worst(store, "faithfulness", since=1001.0)] == [rec(2).key, rec(1).key]
+    assert [r.record_key for r in worst(store, "faithfulness", trace_id=rec(1).trace_id)] == [rec(1).key]
 
 
 def test_retention_by_age_deletes_whole_records(tmp_path):
