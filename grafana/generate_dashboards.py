@@ -936,7 +936,7 @@ def health_dashboard() -> dict:
                 "Held by receivers that cannot write to Redis",
                 [target("max by (instance) (ragtrace_queue_local_buffer_records)", "{{instance}}")],
                 unit="short",
-                description="Redis queue only: sampled records in each receiver's spill file, sent when Redis takes writes again (down, full, read-only or unable to persist); "
+                description="Redis queue only: sampled records in each receiver's spill file, sent when Redis takes writes again (down, full, read-only, unable to persist or refusing its user); "
                 "beyond its bound (?buffer=N) new ones are shed. The alert RagQueueRedisUnreachable fires after 5 minutes.",
             ),
             24,

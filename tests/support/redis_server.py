@@ -119,17 +119,20 @@ class RedisServer:
         self.cleanup()
 
 
-REFUSALS = ("maxmemory", "replica", "snapshot_failing")
+REFUSALS = ("maxmemory", "replica", "snapshot_failing", "acl")
 
 
 def refuse_writes(admin: redis.Redis, refusal: str, scratch: Path) -> None:
     """Make a running Redis refuse writes as production ones do: ``maxmemory`` reached (OOM), a replica after a
-    failover (READONLY), or a snapshot it cannot write (MISCONF; needs ``--enable-protected-configs yes``)."""
+    failover (READONLY), a snapshot it cannot write (MISCONF; needs ``--enable-protected-configs yes``) or an ACL
+    change taking write commands from the clients' user (NOPERM)."""
     if refusal == "maxmemory":
         admin.config_set("maxmemory-policy", "noeviction")
         admin.config_set("maxmemory", "1")  # anything more is refused
     elif refusal == "replica":
         admin.replicaof("127.0.0.1", "1")  # a replica of nobody: read-only
+    elif refusal == "acl":  # ACL SETUSER is not a write command: the same user can give them back
+        admin.acl_setuser("default", enabled=True, commands=["-@write"])
     else:  # a snapshot that cannot be written (disk full, directory gone): MISCONF until one succeeds
         gone = scratch / "gone"
         gone.mkdir()
@@ -150,6 +153,8 @@ def take_writes_again(admin: redis.Redis, refusal: str, scratch: Path) -> None:
         admin.config_set("maxmemory", "0")
     elif refusal == "replica":
         admin.replicaof("NO", "ONE")
+    elif refusal == "acl":
+        admin.acl_setuser("default", enabled=True, commands=["+@all"])
     else:  # the operator frees the disk: the next snapshot succeeds
         admin.config_set("dir", str(scratch))
         admin.bgsave()

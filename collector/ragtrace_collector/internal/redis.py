@@ -30,22 +30,28 @@ class Busy(redis.exceptions.ResponseError):
     """BUSY: a script or module command has run past ``busy-reply-threshold``; Redis serves nothing else till it ends."""
 
 
-# Refusals redis-py reports as a plain ResponseError, by the code their message starts with.
-_REFUSALS: dict[str, type[redis.exceptions.ResponseError]] = {"MISCONF": WritesDisabled, "BUSY": Busy}
+# Refusals redis-py reports as a plain ResponseError, by how their message starts: a code, or (for a command run
+# by a script) Redis 7.0's ACL refusal, which carries none.
+_REFUSALS: dict[str, type[redis.exceptions.ResponseError]] = {
+    "MISCONF ": WritesDisabled,
+    "BUSY ": Busy,
+    "The user executing the script can't run this command": redis.exceptions.NoPermissionError,
+}
 
 
 class _NamesRefusals(redis.connection.AbstractConnection):
-    """A connection raising :class:`WritesDisabled` / :class:`Busy` where redis-py raises a plain ResponseError,
-    so callers can tell "cannot take this now" from a bad command (whatever parser and protocol it uses)."""
+    """A connection raising :class:`WritesDisabled`, :class:`Busy` or ``NoPermissionError`` where redis-py raises a
+    plain ResponseError, so callers can tell "cannot take this now" from a bad command (whatever the parser)."""
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)
         except redis.exceptions.ResponseError as exc:
-            named = _REFUSALS.get(str(exc).split(" ", 1)[0])
+            text = str(exc)
+            named = next((kind for start, kind in _REFUSALS.items() if text.startswith(start)), None)
             if named is None or isinstance(exc, named):
                 raise
-            raise named(str(exc)) from exc
+            raise named(text) from exc
 
 
 class _Connection(_NamesRefusals, redis.connection.Connection):
@@ -65,14 +71,16 @@ _CONNECTIONS = {"rediss": _SSLConnection, "unix": _UnixConnection}
 
 # Errors meaning "Redis cannot take this now": not there (BusyLoadingError, AOF replay after a restart, is a
 # ConnectionError subclass), full (OOM: maxmemory reached with noeviction), a replica after a failover (READONLY,
-# and MASTERDOWN for reads where stale data is not served), unable to persist (MISCONF) or stuck in a long script
-# (BUSY). Each caller keeps working on its local fallback until Redis takes writes again.
+# and MASTERDOWN for reads where stale data is not served), unable to persist (MISCONF), stuck in a long script
+# (BUSY) or refusing our user its commands after an ACL change (NOPERM). Each caller keeps working on its local
+# fallback until Redis takes writes again.
 UNAVAILABLE = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.OutOfMemoryError,
     redis.exceptions.ReadOnlyError,
     redis.exceptions.MasterDownError,
+    redis.exceptions.NoPermissionError,
     WritesDisabled,
     Busy,
     OSError,
