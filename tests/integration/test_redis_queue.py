@@ -300,6 +300,40 @@ def test_a_flush_into_a_full_stream_counts_what_it_refuses(tmp_path, prefix):
         srv.cleanup()
 
 
+def test_spilled_records_redis_answers_with_an_error_are_counted_and_the_flusher_goes_on(tmp_path, prefix):
+    """Redis answering the flush with an error that is no outage (the stream's key overwritten: WRONGTYPE) loses
+    those records, counted as a direct put's error is; the flusher neither dies with them nor stalls behind them."""
+    from prometheus_client import CollectorRegistry
+
+    srv = RedisServer(data_dir=tmp_path).start()
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.5, spill=str(tmp_path / "s.sqlite"))
+        reg = CollectorRegistry()
+        q.register_metrics(reg)
+        srv.stop()
+        assert all(q.put(rec(i)) for i in range(5))
+        srv.start()
+        admin.set(q.stream, "overwritten by someone")  # before the flusher's next try, 0.5 s on
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert q.buffered == 0 and q.refused == 5
+        assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "redis_error"}) == 5
+        admin.delete(q.stream)
+        srv.stop()
+        assert all(q.put(rec(i)) for i in range(5, 8))
+        srv.start()  # no put after this one: the flusher alone must send them
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in range(5, 8)]
+        q.close()
+    finally:
+        admin.close()
+        srv.cleanup()
+
+
 def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_path, prefix):
     """The spill goes out in pipelined batches; a batch cut off by Redis stopping is sent again whole once it
     is back, and the puts of it that had landed are refused by their keys."""

@@ -324,7 +324,10 @@ class QueueCollector(Collector):
         # Describing lets the registry detect duplicate names without collecting (no DB access).
         yield GaugeMetricFamily("ragtrace_queue_depth", "Records waiting in the scoring queue (leased or not).")
         yield GaugeMetricFamily("ragtrace_queue_oldest_age_seconds", "Age of the oldest queued record.")
-        yield CounterMetricFamily("ragtrace_queue_dropped", "Records refused because the queue was full.")
+        yield CounterMetricFamily(
+            "ragtrace_queue_dropped",
+            "Records the queue lost on put: full, or (Redis) shed past the spill's bound or refused by Redis.",
+        )
         yield CounterMetricFamily("ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.")
 
     def collect(self) -> Iterator[Metric]:
@@ -341,7 +344,9 @@ class QueueCollector(Collector):
             "ragtrace_queue_oldest_age_seconds", "Age of the oldest queued record.", value=age or 0.0
         )
         yield CounterMetricFamily(
-            "ragtrace_queue_dropped", "Records refused because the queue was full.", value=self.queue.dropped
+            "ragtrace_queue_dropped",
+            "Records the queue lost on put: full, or (Redis) shed past the spill's bound or refused by Redis.",
+            value=self.queue.dropped,
         )
         yield CounterMetricFamily(
             "ragtrace_queue_corrupt", "Unreadable queued records dropped when leased.", value=self.queue.corrupt

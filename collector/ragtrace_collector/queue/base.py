@@ -71,7 +71,8 @@ class RecordQueue(abc.ABC):
     @property
     @abc.abstractmethod
     def dropped(self) -> int:
-        """Puts this process refused (queue full; for Redis also shed while Redis was down)."""
+        """Records this process's puts lost: refused (queue full); for Redis also shed while Redis was down and the
+        spill full, and spilled records Redis later answered with an error."""
 
     @abc.abstractmethod
     def depth(self) -> int:

@@ -252,6 +252,7 @@ class RedisStreamQueue(RecordQueue):
 
         self.overflowed = 0  # refused because the stream was full (this process)
         self.shed = 0  # dropped because Redis was down and the local buffer full (this process)
+        self.refused = 0  # spilled records Redis answered with an error that is no outage (as a put that raised)
         self.buffered_total = 0  # ever put into the local buffer
         self.reclaimed = 0  # entries taken over from another (dead/slow) consumer
         self.corrupt = 0  # unreadable entries dropped
@@ -348,18 +349,29 @@ class RedisStreamQueue(RecordQueue):
                     pipe = self._r.pipeline(transaction=False)
                     for payload in batch:
                         self._send(payload, pipe)
-                    # A full stream refuses a put (None): counted as overflow, dropped like any put.
-                    self.overflowed += sum(entry is None for entry in pipe.execute())
+                    replies = pipe.execute(raise_on_error=False)
+                    outage = next((r for r in replies if isinstance(r, UNAVAILABLE)), None)
+                    if outage is not None:
+                        raise outage
                 except UNAVAILABLE as exc:
                     self._breaker.failed(exc)
                     return False
+                # A full stream refuses a put (None): counted as overflow, dropped like any put. Any other error
+                # Redis answers (a key overwritten with another type...) loses that record as a put that raised
+                # would, counted, rather than stopping the flush behind it.
+                self.overflowed += sum(reply is None for reply in replies)
+                errors = [reply for reply in replies if isinstance(reply, Exception)]
+                if errors:
+                    self.refused += len(errors)
+                    log.error("redis refused %d spilled record(s), dropped: %s", len(errors), errors[0])
                 with self._buf_lock:
                     self._spill.remove(batch)
 
     @property
     def dropped(self) -> int:
-        """Puts this process refused (stream full, or Redis down and the local buffer full)."""
-        return self.overflowed + self.shed
+        """Puts this process refused (stream full, or Redis down and the local buffer full) or Redis refused later,
+        from the spill."""
+        return self.overflowed + self.shed + self.refused
 
     @property
     def buffered(self) -> int:
@@ -630,6 +642,7 @@ class RedisQueueCollector(Collector):
             held.add_metric([], queue.buffered)
             shed.add_metric(["redis_unavailable"], queue.shed)
             shed.add_metric(["stream_full"], queue.overflowed)
+            shed.add_metric(["redis_error"], queue.refused)
             reclaimed.add_metric([], queue.reclaimed)
         return [held, shed, reclaimed]
 
