@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -331,6 +332,41 @@ def test_spilled_records_redis_answers_with_an_error_are_counted_and_the_flusher
         q.close()
     finally:
         admin.close()
+        srv.cleanup()
+
+
+def test_a_spill_file_that_cannot_be_written_sheds_counted_without_raising(tmp_path, prefix, caplog):
+    """Redis down and the spill file refusing writes (here locked by another process past SQLite's timeout, as a
+    full disk refuses them): the put is shed and counted with one log line, not raised (a traceback per record);
+    once the file takes writes again, records are kept and sent as before."""
+    import sqlite3
+
+    from prometheus_client import CollectorRegistry
+
+    srv = RedisServer(data_dir=tmp_path).start()
+    spill = tmp_path / "s.sqlite"
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+        reg = CollectorRegistry()
+        q.register_metrics(reg)
+        srv.stop()
+        holder = sqlite3.connect(spill, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        with caplog.at_level(logging.WARNING, logger="ragtrace_collector.queue.redis"):
+            assert q.put(rec(0)) is False and q.put(rec(1)) is False
+        assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "spill_unwritable"}) == 2
+        assert q.dropped == 2
+        assert sum("spill" in r.getMessage() and "locked" in r.getMessage() for r in caplog.records) == 1
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert q.put(rec(2))
+        srv.start()
+        deadline = time.monotonic() + 10
+        while q.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{2:032x}"]
+        q.close()
+    finally:
         srv.cleanup()
 
 

@@ -50,7 +50,7 @@ from prometheus_client.registry import Collector
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, split_url
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue.base import Leased, RecordQueue
-from ragtrace_collector.queue.spill import Spilled, open_spill
+from ragtrace_collector.queue.spill import Spilled, SpillUnwritable, open_spill
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,8 @@ class RedisStreamQueue(RecordQueue):
         self.overflowed = 0  # refused because the stream was full (this process)
         self.shed = 0  # dropped because Redis was down and the local buffer full (this process)
         self.refused = 0  # spilled records Redis answered with an error that is no outage (as a put that raised)
+        self.unwritable = 0  # shed because the spill refused them (a full disk, a file locked past the timeout)
+        self._next_spill_warning = 0.0
         self.buffered_total = 0  # ever put into the local buffer
         self.reclaimed = 0  # entries taken over from another (dead/slow) consumer
         self.corrupt = 0  # unreadable entries dropped
@@ -305,13 +307,26 @@ class RedisStreamQueue(RecordQueue):
         return True
 
     def _to_buffer_locked(self, payload: Spilled) -> bool:
-        if not self._spill.append(payload):
+        try:
+            kept = self._spill.append(payload)
+        except SpillUnwritable as exc:
+            self.unwritable += 1
+            self._spill_failed(exc)
+            return False
+        if not kept:
             self.shed += 1
             return False
         self._spilling = True
         self.buffered_total += 1
         self._start_flusher_locked()
         return True
+
+    def _spill_failed(self, exc: SpillUnwritable) -> None:
+        """Log a spill that cannot be written: once, then at most once a minute while it lasts."""
+        now = time.monotonic()
+        if now >= self._next_spill_warning:
+            self._next_spill_warning = now + 60.0
+            log.warning("redis queue spill cannot be written (%s): records shed until it can", exc)
 
     def _start_flusher_locked(self) -> None:
         if not self._flushing:  # decided under the buffer lock, so exactly one flusher runs
@@ -365,13 +380,17 @@ class RedisStreamQueue(RecordQueue):
                     self.refused += len(errors)
                     log.error("redis refused %d spilled record(s), dropped: %s", len(errors), errors[0])
                 with self._buf_lock:
-                    self._spill.remove(batch)
+                    try:
+                        self._spill.remove(batch)
+                    except SpillUnwritable as exc:  # sent: sent again later, refused then by their put keys
+                        self._spill_failed(exc)
+                        return False
 
     @property
     def dropped(self) -> int:
-        """Puts this process refused (stream full, or Redis down and the local buffer full) or Redis refused later,
-        from the spill."""
-        return self.overflowed + self.shed + self.refused
+        """Puts this process refused (stream full; Redis down and the spill full or unwritable) or Redis refused
+        later, from the spill."""
+        return self.overflowed + self.shed + self.refused + self.unwritable
 
     @property
     def buffered(self) -> int:
@@ -643,6 +662,7 @@ class RedisQueueCollector(Collector):
             shed.add_metric(["redis_unavailable"], queue.shed)
             shed.add_metric(["stream_full"], queue.overflowed)
             shed.add_metric(["redis_error"], queue.refused)
+            shed.add_metric(["spill_unwritable"], queue.unwritable)
             reclaimed.add_metric([], queue.reclaimed)
         return [held, shed, reclaimed]
 

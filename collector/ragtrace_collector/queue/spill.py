@@ -37,10 +37,15 @@ class Spilled:
     put_id: str
 
 
+class SpillUnwritable(Exception):
+    """The spill cannot take a change now (a full disk, a file locked past the timeout): what was held stays held."""
+
+
 class Spill(ABC):
     """A bounded FIFO of :class:`Spilled` records, safe to call from several threads.
 
-    ``append`` keeps an entry unless ``max_records`` are held (``False``: the caller counts it shed);
+    ``append`` keeps an entry unless ``max_records`` are held (``False``: the caller counts it shed); ``append``
+    and ``remove`` raise :class:`SpillUnwritable` when the store refuses the change (nothing is then changed);
     ``oldest`` returns up to ``limit`` of the oldest entries, oldest first, without taking them; ``remove``
     takes entries once they reached Redis (an entry another process sharing the store took first is skipped);
     ``len`` is the entries held.
@@ -151,11 +156,14 @@ class SqliteSpill(Spill):
 
     def append(self, entry: Spilled) -> bool:
         with self._lock:
-            cur = self._db.execute(
-                "INSERT INTO spilled (payload, enqueued_at, put_id) "
-                "SELECT ?, ?, ? WHERE (SELECT COUNT(*) FROM spilled) < ?",
-                (entry.payload, entry.enqueued_at, entry.put_id, self.max_records),
-            )
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO spilled (payload, enqueued_at, put_id) "
+                    "SELECT ?, ?, ? WHERE (SELECT COUNT(*) FROM spilled) < ?",
+                    (entry.payload, entry.enqueued_at, entry.put_id, self.max_records),
+                )
+            except sqlite3.OperationalError as exc:  # disk full, locked past the timeout, I/O error
+                raise SpillUnwritable(f"{self.path}: {exc}") from exc
             return cur.rowcount == 1
 
     def oldest(self, limit: int = 1) -> list[Spilled]:
@@ -167,13 +175,18 @@ class SqliteSpill(Spill):
 
     def remove(self, entries: Sequence[Spilled]) -> None:
         with self._lock:  # one transaction: one commit for the batch
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise SpillUnwritable(f"{self.path}: {exc}") from exc
             try:
                 self._db.executemany("DELETE FROM spilled WHERE put_id = ?", [(e.put_id,) for e in entries])
-            except BaseException:
+                self._db.execute("COMMIT")
+            except BaseException as exc:
                 self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise SpillUnwritable(f"{self.path}: {exc}") from exc
                 raise
-            self._db.execute("COMMIT")
 
     def __len__(self) -> int:
         with self._lock:
