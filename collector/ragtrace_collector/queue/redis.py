@@ -365,11 +365,12 @@ class RedisStreamQueue(RecordQueue):
                     for payload in batch:
                         self._send(payload, pipe)
                     replies = pipe.execute(raise_on_error=False)
-                    outage = next((r for r in replies if isinstance(r, UNAVAILABLE)), None)
-                    if outage is not None:
-                        raise outage
                 except UNAVAILABLE as exc:
                     self._breaker.failed(exc)
+                    return False
+                outage = next((reply for reply in replies if isinstance(reply, UNAVAILABLE)), None)
+                if outage is not None:  # e.g. OOM part-way: the whole batch again later, its put keys refuse repeats
+                    self._breaker.failed(outage)
                     return False
                 # A full stream refuses a put (None): counted as overflow, dropped like any put. Any other error
                 # Redis answers (a key overwritten with another type...) loses that record as a put that raised

@@ -182,11 +182,16 @@ class SqliteSpill(Spill):
             try:
                 self._db.executemany("DELETE FROM spilled WHERE put_id = ?", [(e.put_id,) for e in entries])
                 self._db.execute("COMMIT")
-            except BaseException as exc:
-                self._db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise SpillUnwritable(f"{self.path}: {exc}") from exc
+            except sqlite3.OperationalError as exc:
+                self._rollback()  # a full disk may already have rolled it back
+                raise SpillUnwritable(f"{self.path}: {exc}") from exc
+            except BaseException:
+                self._rollback()
                 raise
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def __len__(self) -> int:
         with self._lock:

@@ -201,18 +201,9 @@ class ResultFilter:
 
     def clauses(self) -> tuple[list[str], list[Any]]:
         """The SQL conditions over ``results`` and their parameters."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("metric", self.metric),
-            ("pipeline", self.pipeline),
-            ("service", self.service),
-            ("trace_id", self.trace_id),
-            ("judge", self.judge),
-        ):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
+        clauses, params = _equal(
+            metric=self.metric, pipeline=self.pipeline, service=self.service, trace_id=self.trace_id, judge=self.judge
+        )
         for condition, bound in (("score < ?", self.below), ("score > ?", self.above), ("scored_at >= ?", self.since)):
             if bound is not None:
                 clauses.append(condition)
@@ -599,11 +590,16 @@ class ResultsStore:
                 self._db.close()
 
 
+def _equal(alias: str = "", **columns: Any) -> tuple[list[str], list[Any]]:
+    """``column = ?`` conditions (``alias.column`` where given) and their parameters, for the values not None."""
+    given = [(column, value) for column, value in columns.items() if value is not None]
+    prefix = f"{alias}." if alias else ""
+    return [f"{prefix}{column} = ?" for column, _ in given], [value for _, value in given]
+
+
 def _where(**filters: Any) -> tuple[str, tuple[Any, ...]]:
-    items = [(k, v) for k, v in filters.items() if v is not None]
-    if not items:
-        return "", ()
-    return " WHERE " + " AND ".join(f"{k} = ?" for k, _ in items), tuple(v for _, v in items)
+    clauses, params = _equal(**filters)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
 def _statements(script: str) -> list[str]:
@@ -612,18 +608,9 @@ def _statements(script: str) -> list[str]:
 
 def _record_filter(q: RecordQuery) -> tuple[str, list[Any]]:
     """The WHERE clause (over ``records r``) and its parameters for a query."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value in (
-        ("service", q.service),
-        ("pipeline", q.pipeline),
-        ("session_id", q.session_id),
-        ("user_id", q.user_id),
-        ("trace_id", q.trace_id),
-    ):
-        if value is not None:
-            clauses.append(f"r.{column} = ?")
-            params.append(value)
+    clauses, params = _equal(
+        "r", service=q.service, pipeline=q.pipeline, session_id=q.session_id, user_id=q.user_id, trace_id=q.trace_id
+    )
     if q.since is not None:
         clauses.append("r.occurred_at >= ?")
         params.append(float(q.since))
@@ -631,17 +618,7 @@ def _record_filter(q: RecordQuery) -> tuple[str, list[Any]]:
         clauses.append("r.occurred_at < ?")
         params.append(float(q.until))
     # the conditions on one result of the record
-    inner: list[str] = []
-    inner_params: list[Any] = []
-    if q.metric is not None:
-        inner.append("x.metric = ?")
-        inner_params.append(q.metric)
-    if q.judge is not None:
-        inner.append("x.judge = ?")
-        inner_params.append(q.judge)
-    if q.outcome is not None:
-        inner.append("x.status = ?")
-        inner_params.append(q.outcome)
+    inner, inner_params = _equal("x", metric=q.metric, judge=q.judge, status=q.outcome)
     if q.min_score is not None or q.max_score is not None:
         inner.append("x.status = 'scored'")
     if q.min_score is not None:
