@@ -200,7 +200,7 @@ def test_close_with_redis_still_down_reports_what_the_buffer_loses(tmp_path, pre
         with caplog.at_level("ERROR", logger="ragtrace_collector.queue.redis"):
             q.close()
         assert q.shed == 2 and q.dropped == 2
-        assert "2 locally buffered record(s) not delivered" in caplog.text
+        assert "2 record(s) held in memory not delivered" in caplog.text
     finally:
         srv.cleanup()
 
@@ -335,10 +335,11 @@ def test_spilled_records_redis_answers_with_an_error_are_counted_and_the_flusher
         srv.cleanup()
 
 
-def test_a_spill_file_that_cannot_be_written_sheds_counted_without_raising(tmp_path, prefix, caplog):
-    """Redis down and the spill file refusing writes (here locked by another process past SQLite's timeout, as a
-    full disk refuses them): the put is shed and counted with one log line, not raised (a traceback per record);
-    once the file takes writes again, records are kept and sent as before."""
+def test_a_spill_file_that_cannot_be_written_holds_records_in_memory_and_loses_none(tmp_path, prefix, caplog):
+    """Redis down and the spill file refusing writes at once (here locked by another process past SQLite's
+    timeout, as a full disk refuses them): records wait in memory with one warning, none raised or shed, and
+    reach Redis when it returns, the file still locked. Past the memory tier's bound they are shed and counted;
+    what memory still holds when the receiver stops is counted lost, with an error."""
     import sqlite3
 
     from prometheus_client import CollectorRegistry
@@ -346,26 +347,61 @@ def test_a_spill_file_that_cannot_be_written_sheds_counted_without_raising(tmp_p
     srv = RedisServer(data_dir=tmp_path).start()
     spill = tmp_path / "s.sqlite"
     try:
-        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=3, retry_interval=0.05, spill=str(spill))
         reg = CollectorRegistry()
         q.register_metrics(reg)
         srv.stop()
         holder = sqlite3.connect(spill, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
-        with caplog.at_level(logging.WARNING, logger="ragtrace_collector.queue.redis"):
-            assert q.put(rec(0)) is False and q.put(rec(1)) is False
-        assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "spill_unwritable"}) == 2
-        assert q.dropped == 2
-        assert sum("spill" in r.getMessage() and "locked" in r.getMessage() for r in caplog.records) == 1
-        holder.execute("ROLLBACK")
-        holder.close()
-        assert q.put(rec(2))
-        srv.start()
+        with caplog.at_level(logging.WARNING, logger="ragtrace_collector.queue"):
+            assert q.put(rec(0)) and q.put(rec(1))
+        assert q.buffered == 2 and q.dropped == 0
+        assert sum("spill" in r.getMessage() and "memory" in r.getMessage() for r in caplog.records) == 1
+        srv.start()  # the file still locked
         deadline = time.monotonic() + 10
         while q.buffered and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{2:032x}"]
-        q.close()
+        assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in (0, 1)]
+        srv.stop()
+        assert q.put(rec(2)) and q.put(rec(3)) and q.put(rec(4))
+        assert q.put(rec(5)) is False  # memory holds its bound (buffer_size) too
+        assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "spill_unwritable"}) == 1
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="ragtrace_collector.queue.redis"):
+            q.close()
+        assert q.dropped == 1 + 3  # the three in memory at close, counted as lost
+        assert any("3 record(s) held in memory not delivered" in r.getMessage() for r in caplog.records)
+        holder.execute("ROLLBACK")
+        holder.close()
+    finally:
+        srv.cleanup()
+
+
+def test_records_held_in_memory_move_into_the_spill_file_once_it_takes_writes(tmp_path, prefix):
+    """The file takes writes again before Redis returns: what memory held moves into it, in order, and outlives
+    the receiver: the next receiver on the file sends them."""
+    import sqlite3
+
+    srv = RedisServer(data_dir=tmp_path).start()
+    spill = tmp_path / "s.sqlite"
+    try:
+        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+        srv.stop()
+        holder = sqlite3.connect(spill, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        assert q.put(rec(0)) and q.put(rec(1))
+        holder.execute("ROLLBACK")
+        holder.close()
+        time.sleep(1.1)  # the file is tried again after a second
+        assert q.put(rec(2))
+        q.close()  # Redis still down: all three kept in the file
+        srv.start()
+        again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+        deadline = time.monotonic() + 10
+        while again.buffered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [g.record.trace_id for g in again.lease(10, 30)] == [f"{i:032x}" for i in range(3)]
+        again.close()
     finally:
         srv.cleanup()
 

@@ -253,7 +253,7 @@ class RedisStreamQueue(RecordQueue):
         self.overflowed = 0  # refused because the stream was full (this process)
         self.shed = 0  # dropped because Redis was down and the local buffer full (this process)
         self.refused = 0  # spilled records Redis answered with an error that is no outage (as a put that raised)
-        self.unwritable = 0  # shed because the spill refused them (a full disk, a file locked past the timeout)
+        self.unwritable = 0  # shed: the spill file refused them (a full disk, a lock) and its memory tier was full
         self._next_spill_warning = 0.0
         self.buffered_total = 0  # ever put into the local buffer
         self.reclaimed = 0  # entries taken over from another (dead/slow) consumer
@@ -326,7 +326,7 @@ class RedisStreamQueue(RecordQueue):
         now = time.monotonic()
         if now >= self._next_spill_warning:
             self._next_spill_warning = now + 60.0
-            log.warning("redis queue spill cannot be written (%s): records shed until it can", exc)
+            log.warning("redis queue spill cannot take records (%s): records shed until it can", exc)
 
     def _start_flusher_locked(self) -> None:
         if not self._flushing:  # decided under the buffer lock, so exactly one flusher runs
@@ -613,23 +613,21 @@ class RedisStreamQueue(RecordQueue):
                 self._r.delete(self._alive_key(self.consumer))
             except UNAVAILABLE:
                 pass
-        if self._spilling and not self.flush_buffer():
-            held = len(self._spill)
-            if self._spill.durable:
-                log.warning(
-                    "redis queue still unreachable at shutdown: %d record(s) kept in the spill file, sent when a "
-                    "receiver opens it again",
-                    held,
-                )
-            else:
-                self.shed += held
-                log.error(
-                    "redis queue still unreachable at shutdown: %d locally buffered record(s) not delivered", held
-                )
+        held = len(self._spill) if self._spilling and not self.flush_buffer() else 0
         if self._flusher is not None:
             self._flusher.join(timeout=2)
+        lost = 0
         if self._flusher is None or not self._flusher.is_alive():  # a flusher stuck on a socket still reads it
-            self._spill.close()
+            lost = self._spill.close()  # those only in memory (a memory spill; a file refusing writes)
+        if held - lost > 0:
+            log.warning(
+                "redis queue still unreachable at shutdown: %d record(s) kept in the spill file, sent when a "
+                "receiver opens it again",
+                held - lost,
+            )
+        if lost:
+            self.shed += lost
+            log.error("redis queue still unreachable at shutdown: %d record(s) held in memory not delivered", lost)
         self._r.close()
 
     def __repr__(self) -> str:

@@ -6,6 +6,10 @@ queue (``file_storage``) answers the same need. :class:`SqliteSpill` commits eac
 returns (SQLite WAL, ``synchronous=NORMAL``: survives the process dying at any point), and whoever opens the
 file next, this receiver restarted or another sharing its data directory, sends them on.
 
+A file that refuses writes (a full disk, a lock held past the timeout) does not lose what arrives meanwhile:
+:class:`TieredSpill` holds it in memory, bounded, and moves it into the file as soon as the file takes writes
+again (what is still only in memory when the process stops is lost, and counted).
+
 Several processes may share one file: each entry keeps the idempotency key of its put
 (:class:`ragtrace_collector.queue.redis.RedisStreamQueue` refuses a key it has already seen for an hour), so
 two flushers sending the same oldest entry enqueue it once.
@@ -49,7 +53,8 @@ class Spill(ABC):
     ``oldest`` returns up to ``limit`` of the oldest entries, oldest first, without taking them; ``remove``
     takes entries once they reached Redis (an entry another process sharing the store took first is skipped);
     ``len`` is the entries held.
-    ``durable`` says whether held entries outlive the process (``close`` then loses nothing).
+    ``durable`` says whether held entries outlive the process; ``close`` releases the store and returns how
+    many held entries it lost (those only in memory: all of them where not ``durable``).
     """
 
     durable: bool = False
@@ -69,8 +74,8 @@ class Spill(ABC):
     @abstractmethod
     def __len__(self) -> int: ...
 
-    def close(self) -> None:
-        """Release the store; held entries stay held where ``durable``."""
+    @abstractmethod
+    def close(self) -> int: ...
 
 
 class MemorySpill(Spill):
@@ -106,6 +111,12 @@ class MemorySpill(Spill):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def close(self) -> int:
+        with self._lock:
+            lost = len(self._entries)
+            self._entries.clear()
+            return lost
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spilled (
@@ -127,8 +138,9 @@ class SqliteSpill(Spill):
 
     durable = True
 
-    def __init__(self, path: str | Path, max_records: int) -> None:
+    def __init__(self, path: str | Path, max_records: int, timeout: float = 5.0) -> None:
         super().__init__(max_records)
+        self.timeout = timeout  # how long a write waits on another process's lock before it is refused
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -143,7 +155,7 @@ class SqliteSpill(Spill):
             self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -197,13 +209,95 @@ class SqliteSpill(Spill):
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM spilled").fetchone()[0])
 
-    def close(self) -> None:
+    def close(self) -> int:
         with self._lock:
             self._db.close()
+        return 0
+
+
+class TieredSpill(Spill):
+    """A durable spill with a bounded memory tier for the time it refuses writes.
+
+    Why: Redis down and the spill's disk full at once would otherwise shed every record until one of them
+    recovers. While ``durable`` refuses writes, entries wait in memory (up to the same ``max_records``); the
+    file is tried again at most every ``retry_interval`` seconds (each try may wait out the file's lock
+    timeout), and the first append it takes moves the memory tier in first, oldest first, so order and
+    durability come back together. ``oldest`` lists the file's entries, then memory's; an entry sent from
+    memory is removed there without touching the file. Only when memory is full too does ``append`` raise
+    :class:`SpillUnwritable`.
+    """
+
+    durable = True
+
+    def __init__(self, durable: Spill, retry_interval: float = 1.0) -> None:
+        super().__init__(durable.max_records)
+        self.file = durable
+        self.memory = MemorySpill(durable.max_records)
+        self.retry_interval = retry_interval
+        self._retry_at = 0.0
+        self._next_warning = 0.0
+        self._lock = threading.Lock()
+
+    def append(self, entry: Spilled) -> bool:
+        with self._lock:
+            if time.monotonic() >= self._retry_at:
+                try:
+                    self._move_in_locked()
+                    return self.file.append(entry)
+                except SpillUnwritable as exc:
+                    self._refused_locked(exc)
+            if not self.memory.append(entry):
+                raise SpillUnwritable(f"the spill refuses writes and its memory tier holds {len(self.memory)}")
+            return True
+
+    def _move_in_locked(self) -> None:
+        """The memory tier into the file, oldest first (raises :class:`SpillUnwritable` as soon as it refuses)."""
+        while waiting := self.memory.oldest(100):
+            for k, entry in enumerate(waiting):
+                if not self.file.append(entry):  # the file is full: the rest stays in memory
+                    self.memory.remove(waiting[:k])
+                    return
+            self.memory.remove(waiting)
+
+    def _refused_locked(self, exc: SpillUnwritable) -> None:
+        self._retry_at = time.monotonic() + self.retry_interval
+        if time.monotonic() >= self._next_warning:  # once, then at most once a minute while it lasts
+            self._next_warning = time.monotonic() + 60.0
+            log.warning(
+                "spill cannot be written (%s): holding records in memory (up to %d) until it can", exc, self.max_records
+            )
+
+    def oldest(self, limit: int = 1) -> list[Spilled]:
+        with self._lock:
+            out = self.file.oldest(limit)
+            return out + self.memory.oldest(limit - len(out)) if len(out) < limit else out
+
+    def remove(self, entries: Sequence[Spilled]) -> None:
+        with self._lock:
+            held = set(self.memory.oldest(len(self.memory)))
+            self.memory.remove([e for e in entries if e in held])
+            rest = [e for e in entries if e not in held]
+            if rest:
+                self.file.remove(rest)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.file) + len(self.memory)
+
+    def close(self) -> int:
+        """Move the memory tier into the file if it takes writes now; what stays only in memory is lost."""
+        with self._lock:
+            if len(self.memory):
+                try:
+                    self._move_in_locked()
+                except SpillUnwritable as exc:
+                    log.warning("spill cannot be written at close (%s)", exc)
+            return self.file.close() + self.memory.close()
 
 
 def open_spill(where: str | None, max_records: int) -> Spill:
-    """The spill named by ``queue.spill``: a file path, or :data:`MEMORY` (also for ``None``)."""
+    """The spill named by ``queue.spill``: a file path (with a memory tier for when it refuses writes), or
+    :data:`MEMORY` (also for ``None``)."""
     if where is None or where == MEMORY:
         return MemorySpill(max_records)
-    return SqliteSpill(where, max_records)
+    return TieredSpill(SqliteSpill(where, max_records))

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from ragtrace_collector.queue.spill import MEMORY, MemorySpill, Spill, Spilled, SqliteSpill, open_spill
+from ragtrace_collector.queue.spill import (
+    MEMORY,
+    MemorySpill,
+    Spill,
+    Spilled,
+    SpillUnwritable,
+    SqliteSpill,
+    TieredSpill,
+    open_spill,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -20,9 +32,14 @@ def entry(i: int) -> Spilled:
     return Spilled(f'{{"trace_id": "{i}"}}', repr(1000.0 + i), f"put-{i}")
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "file_with_memory_tier"])
 def spill(request, tmp_path) -> Spill:
-    made = MemorySpill(3) if request.param == "memory" else SqliteSpill(tmp_path / "d" / "spill.sqlite", 3)
+    path = tmp_path / "d" / "spill.sqlite"
+    made: Spill = {
+        "memory": lambda: MemorySpill(3),
+        "file": lambda: SqliteSpill(path, 3),
+        "file_with_memory_tier": lambda: TieredSpill(SqliteSpill(path, 3)),
+    }[request.param]()
     yield made
     made.close()
 
@@ -116,5 +133,64 @@ def test_open_spill_names(tmp_path):
     assert isinstance(open_spill(None, 5), MemorySpill)
     assert isinstance(open_spill(MEMORY, 5), MemorySpill)
     made = open_spill(str(tmp_path / "x" / "spill.sqlite"), 5)
-    assert isinstance(made, SqliteSpill) and made.durable and made.max_records == 5
-    made.close()
+    assert isinstance(made, TieredSpill) and made.durable and made.max_records == 5
+    assert made.close() == 0
+
+
+def _lock(path: Path) -> sqlite3.Connection:
+    """Another process's write transaction on the spill file: it refuses writes as a full disk would."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_a_file_refusing_writes_holds_entries_in_memory_then_moves_them_in_order(tmp_path, caplog):
+    """The file refuses writes (a full disk; here a lock past the timeout): entries wait in memory, one warning
+    says so; once the file takes writes again the next append moves them in first, so they outlive the process."""
+    path = tmp_path / "spill.sqlite"
+    spill = TieredSpill(SqliteSpill(path, 10, timeout=0.05), retry_interval=0.0)
+    assert spill.append(entry(0))
+    holder = _lock(path)
+    with caplog.at_level(logging.WARNING, logger="ragtrace_collector.queue.spill"):
+        assert spill.append(entry(1)) and spill.append(entry(2))
+    assert [r.getMessage().count("memory") > 0 for r in caplog.records] == [True]
+    assert len(spill) == 3 and spill.oldest(10) == [entry(0), entry(1), entry(2)]
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert spill.append(entry(3))
+    assert spill.close() == 0  # nothing only in memory
+    again = SqliteSpill(path, 10)
+    assert again.oldest(10) == [entry(i) for i in range(4)]
+    again.close()
+
+
+def test_the_memory_tier_is_bounded_and_what_it_holds_at_close_is_reported_lost(tmp_path):
+    path = tmp_path / "spill.sqlite"
+    spill = TieredSpill(SqliteSpill(path, 2, timeout=0.05), retry_interval=0.0)
+    holder = _lock(path)
+    assert spill.append(entry(0)) and spill.append(entry(1))
+    with pytest.raises(SpillUnwritable):  # the file refuses it and memory holds its bound
+        spill.append(entry(2))
+    spill.remove([entry(0)])  # sent from memory: the locked file is not touched
+    assert spill.oldest(10) == [entry(1)]
+    assert spill.close() == 1  # still refused at close: the one held in memory is lost, and said so
+    holder.execute("ROLLBACK")
+    holder.close()
+
+
+def test_a_file_refusing_writes_is_retried_after_the_interval_not_on_every_append(tmp_path):
+    """Each try at a locked file waits out SQLite's timeout: between tries, appends go straight to memory."""
+    path = tmp_path / "spill.sqlite"
+    spill = TieredSpill(SqliteSpill(path, 100, timeout=0.3), retry_interval=60.0)
+    holder = _lock(path)
+    assert spill.append(entry(0))  # waits 0.3 s on the lock, then memory
+    start = time.monotonic()
+    assert all(spill.append(entry(i)) for i in range(1, 20))
+    assert time.monotonic() - start < 0.3
+    assert len(spill.memory) == 20  # never retried: all in memory
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert spill.close() == 0  # close tries the file once more: it takes them, nothing lost
+    again = SqliteSpill(path, 100)
+    assert len(again) == 20
+    again.close()
