@@ -13,6 +13,7 @@ import redis
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue import open_queue
 from ragtrace_collector.queue.redis import RedisStreamQueue, ScoredMarks
+from tests.support.full_disk import small_disk
 from tests.support.redis_server import REFUSALS, RedisServer, refuse_writes, take_writes_again
 
 pytestmark = pytest.mark.integration
@@ -377,31 +378,32 @@ def test_a_spill_file_that_cannot_be_written_holds_records_in_memory_and_loses_n
         srv.cleanup()
 
 
-def test_records_held_in_memory_move_into_the_spill_file_once_it_takes_writes(tmp_path, prefix):
-    """The file takes writes again before Redis returns: what memory held moves into it, in order, and outlives
-    the receiver: the next receiver on the file sends them."""
-    import sqlite3
-
-    srv = RedisServer(data_dir=tmp_path).start()
-    spill = tmp_path / "s.sqlite"
+def test_records_held_in_memory_move_into_the_spill_file_once_the_disk_has_room(tmp_path, prefix):
+    """A real full disk (a small tmpfs, filled) under the spill file during an outage: records wait in memory;
+    once the disk has room again they move into the file, in order, and outlive the receiver: the next receiver
+    on the file sends them."""
+    (tmp_path / "redis").mkdir()
+    srv = RedisServer(data_dir=tmp_path / "redis").start()
     try:
-        q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
-        srv.stop()
-        holder = sqlite3.connect(spill, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")
-        assert q.put(rec(0)) and q.put(rec(1))
-        holder.execute("ROLLBACK")
-        holder.close()
-        time.sleep(1.1)  # the file is tried again after a second
-        assert q.put(rec(2))
-        q.close()  # Redis still down: all three kept in the file
-        srv.start()
-        again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
-        deadline = time.monotonic() + 10
-        while again.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [g.record.trace_id for g in again.lease(10, 30)] == [f"{i:032x}" for i in range(3)]
-        again.close()
+        with small_disk(tmp_path / "disk") as disk:
+            spill = disk.path / "s.sqlite"
+            q = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+            srv.stop()
+            disk.fill()
+            assert all(q.put(rec(i)) for i in range(50))  # ~2 KB each: the file cannot take them
+            assert q.buffered == 50 and q.dropped == 0
+            disk.free()
+            time.sleep(1.1)  # the file is tried again after a second
+            assert q.put(rec(50))
+            q.close()  # Redis still down: all kept in the file
+            assert q.dropped == 0
+            srv.start()
+            again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
+            deadline = time.monotonic() + 10
+            while again.buffered and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert [g.record.trace_id for g in again.lease(100, 30)] == [f"{i:032x}" for i in range(51)]
+            again.close()
     finally:
         srv.cleanup()
 

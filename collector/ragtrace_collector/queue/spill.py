@@ -220,8 +220,8 @@ class TieredSpill(Spill):
 
     Why: Redis down and the spill's disk full at once would otherwise shed every record until one of them
     recovers. While ``durable`` refuses writes, entries wait in memory (up to the same ``max_records``); the
-    file is tried again at most every ``retry_interval`` seconds (each try may wait out the file's lock
-    timeout), and the first append it takes moves the memory tier in first, oldest first, so order and
+    file is tried again at most every ``retry_interval`` seconds, or ten times as long as the last try took
+    (a try may wait out the file's lock timeout), and the first append it takes moves the memory tier in first, oldest first, so order and
     durability come back together. ``oldest`` lists the file's entries, then memory's; an entry sent from
     memory is removed there without touching the file. Only when memory is full too does ``append`` raise
     :class:`SpillUnwritable`.
@@ -241,11 +241,12 @@ class TieredSpill(Spill):
     def append(self, entry: Spilled) -> bool:
         with self._lock:
             if time.monotonic() >= self._retry_at:
+                tried = time.monotonic()
                 try:
                     self._move_in_locked()
                     return self.file.append(entry)
                 except SpillUnwritable as exc:
-                    self._refused_locked(exc)
+                    self._refused_locked(exc, time.monotonic() - tried)
             if not self.memory.append(entry):
                 raise SpillUnwritable(f"the spill refuses writes and its memory tier holds {len(self.memory)}")
             return True
@@ -259,8 +260,9 @@ class TieredSpill(Spill):
                     return
             self.memory.remove(waiting)
 
-    def _refused_locked(self, exc: SpillUnwritable) -> None:
-        self._retry_at = time.monotonic() + self.retry_interval
+    def _refused_locked(self, exc: SpillUnwritable, took: float) -> None:
+        # A try that waited on a lock is spaced out more, so appends spend at most ~10% of their time on it.
+        self._retry_at = time.monotonic() + max(self.retry_interval, 10 * took)
         if time.monotonic() >= self._next_warning:  # once, then at most once a minute while it lasts
             self._next_warning = time.monotonic() + 60.0
             log.warning(
