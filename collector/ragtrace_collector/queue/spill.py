@@ -216,23 +216,23 @@ class SqliteSpill(Spill):
 
 
 class TieredSpill(Spill):
-    """A durable spill with a bounded memory tier for the time it refuses writes.
+    """A file spill with a bounded memory tier for the time it refuses writes.
 
     Why: Redis down and the spill's disk full at once would otherwise shed every record until one of them
-    recovers. While ``durable`` refuses writes, entries wait in memory (up to the same ``max_records``); the
-    file is tried again at most every ``retry_interval`` seconds, or ten times as long as the last try took
-    (a try may wait out the file's lock timeout), and the first append it takes moves the memory tier in first, oldest first, so order and
-    durability come back together. ``oldest`` lists the file's entries, then memory's; an entry sent from
-    memory is removed there without touching the file. Only when memory is full too does ``append`` raise
+    recovers. While the file refuses writes, entries wait in memory (up to the same ``max_records``). The file
+    is tried again after ``retry_interval`` seconds, or ten times as long as the last try took (a try may wait
+    out the file's lock timeout); the first append it takes moves the memory tier in first, oldest first, so
+    order and durability come back together. ``oldest`` lists the file's entries, then memory's; an entry sent
+    from memory is removed there without touching the file. Only when memory is full too does ``append`` raise
     :class:`SpillUnwritable`.
     """
 
     durable = True
 
-    def __init__(self, durable: Spill, retry_interval: float = 1.0) -> None:
-        super().__init__(durable.max_records)
-        self.file = durable
-        self.memory = MemorySpill(durable.max_records)
+    def __init__(self, file: Spill, retry_interval: float = 1.0) -> None:
+        super().__init__(file.max_records)
+        self.file = file
+        self.memory = MemorySpill(file.max_records)
         self.retry_interval = retry_interval
         self._retry_at = 0.0
         self._next_warning = 0.0
