@@ -28,6 +28,13 @@ def rec(i: int) -> RagRecord:
     return RagRecord(trace_id=f"{i:032x}", user_input=f"q{i}", response=f"a{i}", pipeline="p")
 
 
+def wait_spill_sent(q: RedisStreamQueue, timeout: float = 10.0) -> None:
+    """Until ``q``'s spill is empty (sent to Redis) or ``timeout`` passes; the caller asserts what arrived."""
+    deadline = time.monotonic() + timeout
+    while q.buffered and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def make(redis_server, prefix, **kw) -> RedisStreamQueue:
     return RedisStreamQueue(f"{redis_server.url}?prefix={prefix}", **kw)
 
@@ -180,9 +187,7 @@ def test_redis_down_buffers_locally_sheds_beyond_bound_and_recovers(tmp_path, pr
         assert q.buffered == 5 and q.shed == 3 and q.dropped == 3
         assert q.depth() == 5 and q.oldest_age() is not None
         srv.start()  # AOF: the record put before the outage survived the restart
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert q.buffered == 0
         assert q.put(rec(9))
         got = q.lease(20, 30)
@@ -222,9 +227,7 @@ def test_a_spill_file_keeps_what_a_shutdown_during_the_outage_held(tmp_path, pre
         srv.start()
         again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", buffer_size=10, retry_interval=0.1, spill=spill)
         assert again.put(rec(99))  # queued behind the held records
-        deadline = time.monotonic() + 10
-        while again.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(again)
         assert again.buffered == 0
         got = [g.record.trace_id for g in again.lease(20, 30)]
         assert got == [f"{i:032x}" for i in [0, 1, 2, 3, 4, 99]]
@@ -292,9 +295,7 @@ def test_a_flush_into_a_full_stream_counts_what_it_refuses(tmp_path, prefix):
         srv.stop()
         assert all(q.put(rec(i)) for i in range(5))
         srv.start()
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert q.buffered == 0 and q.overflowed == 2 and q.overflow_total() == 2
         assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in range(3)]
         q.close()
@@ -317,18 +318,14 @@ def test_spilled_records_redis_answers_with_an_error_are_counted_and_the_flusher
         assert all(q.put(rec(i)) for i in range(5))
         srv.start()
         admin.set(q.stream, "overwritten by someone")  # before the flusher's next try, 0.5 s on
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert q.buffered == 0 and q.refused == 5
         assert reg.get_sample_value("ragtrace_queue_shed_total", {"reason": "redis_error"}) == 5
         admin.delete(q.stream)
         srv.stop()
         assert all(q.put(rec(i)) for i in range(5, 8))
         srv.start()  # no put after this one: the flusher alone must send them
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in range(5, 8)]
         q.close()
     finally:
@@ -359,9 +356,7 @@ def test_a_spill_file_that_cannot_be_written_holds_records_in_memory_and_loses_n
         assert q.buffered == 2 and q.dropped == 0
         assert sum("spill" in r.getMessage() and "memory" in r.getMessage() for r in caplog.records) == 1
         srv.start()  # the file still locked
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert [g.record.trace_id for g in q.lease(10, 30)] == [f"{i:032x}" for i in (0, 1)]
         srv.stop()
         assert q.put(rec(2)) and q.put(rec(3)) and q.put(rec(4))
@@ -399,9 +394,7 @@ def test_records_held_in_memory_move_into_the_spill_file_once_the_disk_has_room(
             assert q.dropped == 0
             srv.start()
             again = RedisStreamQueue(f"{srv.url}?prefix={prefix}", retry_interval=0.05, spill=str(spill))
-            deadline = time.monotonic() + 10
-            while again.buffered and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_spill_sent(again)
             assert [g.record.trace_id for g in again.lease(100, 30)] == [f"{i:032x}" for i in range(51)]
             again.close()
     finally:
@@ -430,9 +423,7 @@ def test_redis_stopped_in_the_middle_of_a_flush_loses_and_doubles_nothing(tmp_pa
         srv.stop()  # mid-flush
         assert 0 < q.buffered < n
         srv.start()
-        deadline = time.monotonic() + 30
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q, timeout=30)
         assert q.buffered == 0
         got = [g.record.trace_id for g in q.lease(2 * n, 30)]
         assert q.overflowed == 0
@@ -456,9 +447,7 @@ def test_a_redis_refusing_writes_is_an_outage_not_an_error(tmp_path, prefix, ref
         assert all(q.put(rec(i)) for i in range(1, 21))  # none raises, none is refused
         assert q.buffered == 20 and q.shed == 0
         take_writes_again(admin, refusal, tmp_path)
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         assert [g.record.trace_id for g in q.lease(50, 30)] == [f"{i:032x}" for i in range(21)]
         q.close()
     finally:
@@ -532,9 +521,7 @@ def test_outage_under_concurrent_puts_loses_and_duplicates_nothing(tmp_path, pre
         assert not errors
         assert q.buffered > 0
         srv.start()
-        deadline = time.monotonic() + 10
-        while q.buffered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_spill_sent(q)
         got = [g.record.trace_id for g in q.lease(1000, 30)]
         assert sorted(got) == sorted(f"{b + i:032x}" for b in (0, 1000, 2000) for i in range(100))
         for b in (0, 1000, 2000):  # each writer's records keep their order

@@ -616,9 +616,10 @@ class RedisStreamQueue(RecordQueue):
         held = len(self._spill) if self._spilling and not self.flush_buffer() else 0
         if self._flusher is not None:
             self._flusher.join(timeout=2)
-        lost = 0
-        if self._flusher is None or not self._flusher.is_alive():  # a flusher stuck on a socket still reads it
+        if self._flusher is None or not self._flusher.is_alive():
             lost = self._spill.close()  # those only in memory (a memory spill; a file refusing writes)
+        else:  # a flusher stuck on a socket still reads the spill: left open, and a memory one's records lost
+            lost = 0 if self._spill.durable else held
         if held - lost > 0:
             log.warning(
                 "redis queue still unreachable at shutdown: %d record(s) kept in the spill file, sent when a "
