@@ -402,7 +402,7 @@ def fit(args: argparse.Namespace) -> None:
     np.save(out_dir / "agreement_logits.npy", np.stack([outs["fp32"], outs["int8"]]))
     if args.fold is not None:
         # The int8 model's P(supported) on every claim of its fold (labelled or not), as the cascade will see
-        # them: what ``calibrate --folds`` chooses the band, stacking and threshold on.
+        # them: what ``calibrate --crossfit`` chooses the band, stacking and threshold on.
         sess = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
         logits = np.concatenate(
             [
@@ -465,13 +465,17 @@ def _lowest(
     responses: list[list[dict]], low: float, high: float, stack: tuple[float, float, float]
 ) -> tuple[np.ndarray, float]:
     """Per response the cascade's lowest claim P(supported), and the share of claims it sent on."""
-    a, b, c = stack
+    from ragtrace_collector.scoring.judges.local.cross_encoder import CascadeParams
+
+    # The judge's own band test and stacking (CascadeParams.uncertain / .combine), so what is chosen here is
+    # what runs; the file fields are unused.
+    cascade = CascadeParams("", "", MAX_TOKENS, WINDOWS, low, high, stack, 0.5)
     mins, sent, total = [], 0, 0
     for rs in responses:
         f = np.asarray([p["p_features"] for p in rs])
         x = np.asarray([p["p_cross"] for p in rs])
-        unsure = (f >= low) & (f < high)
-        final = np.where(unsure, 1 / (1 + np.exp(-(a * _logit(f) + b * _logit(x) + c))), f)
+        unsure = cascade.uncertain(f)
+        final = np.where(unsure, cascade.combine(f, x), f)
         sent += int(unsure.sum())
         total += len(rs)
         mins.append(final.min())
