@@ -6,10 +6,12 @@ Two comparisons on the same RAGTruth QA rows (``../shared/data``; training-fold 
 is measured, taken at an even stride so that every generator's answers are in their share):
 
 - the feature model alone (``local_judge.model: features``) against the default cascade (the feature
-  model, then the int8 cross-encoder for the claims it is unsure of): each round scores every row with
-  each judge in turn, one record at a time as the collector's worker does (claims, then verdicts), so
-  both run under the same load; records/s per judge, the share of claims sent to the cross-encoder, and
-  the ratio;
+  model, then the int8 cross-encoder for the claims it is unsure of), each record new to the judge
+  (its sentence splits and context index not cached, as a collector mostly sees them; the caches are
+  cleared before each pass): one record at a time (claims, then verdicts), and as the collector scores,
+  ``scoring.concurrency`` records in flight, on one judge thread and on ``local_judge.workers`` (the
+  default); each round runs every pass in turn, so all run under the same load; records/s per pass,
+  the share of claims sent to the cross-encoder, and the ratios;
 - the gradient-boosted trees' walk on the same rows' claim features: every tree at once, one step per
   depth level (``TreeEnsembleModel.raw``), against one tree at a time (the walk it replaced, restated
   below), per record's claims as the judge calls it; the two must agree to 1e-9.
@@ -68,38 +70,61 @@ def training_rows(limit: int, generator: str | None = None) -> list[dict]:
     return rows[::stride][:limit]
 
 
-async def score(judge: Any, rows: list[dict]) -> float:
+async def score(judge: Any, rows: list[dict], in_flight: int = 1) -> float:
+    """Seconds to score ``rows`` cold, ``in_flight`` records at a time (claims, then verdicts)."""
+    judge.clear_caches()
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(row: dict) -> None:
+        async with gate:
+            claims = await judge.extract_claims(row["user_input"], row["response"])
+            if claims:
+                await judge.verify_claims(claims, row["retrieved_contexts"], row["user_input"])
+
     start = time.perf_counter()
-    for row in rows:
-        claims = await judge.extract_claims(row["user_input"], row["response"])
-        if claims:
-            await judge.verify_claims(claims, row["retrieved_contexts"], row["user_input"])
+    await asyncio.gather(*(one(row) for row in rows))
     return time.perf_counter() - start
 
 
 async def judges(rows: list[dict], rounds: int) -> None:
+    from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_WORKERS, ScoringConfig
     from ragtrace_collector.scoring.judges.local import LocalJudge
 
-    features, cascade = LocalJudge(model="features"), LocalJudge(model="cascade")
+    in_flight = ScoringConfig().concurrency
+    features = LocalJudge(model="features", workers=DEFAULT_LOCAL_JUDGE_WORKERS)
+    one_thread = LocalJudge(model="cascade", workers=1)
+    cascade = LocalJudge(model="cascade", workers=DEFAULT_LOCAL_JUDGE_WORKERS)
     if cascade.cascade is None:
         raise SystemExit(f"the cascade did not load: {cascade.fallback_reason}")
-    for judge in (features, cascade):
+    passes = {
+        "features, one record at a time": (features, 1),
+        "cascade, one record at a time": (one_thread, 1),
+        f"features, {in_flight} in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads": (features, in_flight),
+        f"cascade, {in_flight} in flight, 1 thread": (one_thread, in_flight),
+        f"cascade, {in_flight} in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads (default)": (cascade, in_flight),
+    }
+    for judge in (features, one_thread, cascade):
         judge.warm_up()
         await score(judge, rows[:5])
-    seconds = {"features": 0.0, "cascade": 0.0}
+    seconds = dict.fromkeys(passes, 0.0)
     for _ in range(rounds):
-        seconds["features"] += await score(features, rows)
-        seconds["cascade"] += await score(cascade, rows)
+        for name, (judge, n) in passes.items():
+            seconds[name] += await score(judge, rows, n)
     stats = cascade.cascade.stats.as_dict()
-    n = len(rows) * rounds
-    rate = {k: n / v for k, v in seconds.items()}
-    print(f"{'judge':<10} {'records/s':>10} {'ms/record':>10}")
-    for name in ("features", "cascade"):
-        print(f"{name:<10} {rate[name]:>10.1f} {1000 / rate[name]:>10.2f}")
+    rate = {k: len(rows) * rounds / v for k, v in seconds.items()}
+    width = max(map(len, passes))
+    print(f"{len(rows)} records x {rounds} rounds, each record new to the judge (caches cleared per pass)")
+    print(f"{'pass':<{width}} {'records/s':>10} {'ms/record':>10}")
+    for name in passes:
+        print(f"{name:<{width}} {rate[name]:>10.1f} {1000 / rate[name]:>10.2f}")
+    names = list(passes)
     print(f"cascade: {stats['share_sent']:.1%} of claims sent to the cross-encoder")
-    print(f"features / cascade records/s: {rate['features'] / rate['cascade']:.2f}x")
-    await features.aclose()
-    await cascade.aclose()
+    print(f"features / cascade, one at a time: {rate[names[0]] / rate[names[1]]:.2f}x")
+    print(
+        f"cascade in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads / 1 thread: {rate[names[4]] / rate[names[3]]:.2f}x"
+    )
+    for judge in (features, one_thread, cascade):
+        await judge.aclose()
 
 
 def trees(rows: list[dict], rounds: int) -> None:

@@ -88,6 +88,7 @@ OTHER_ENV_VARS: tuple[str, ...] = (
     "RAGTRACE_LOCAL_JUDGE_EMBEDDINGS",
     "RAGTRACE_LOCAL_JUDGE_PARAMS",
     "RAGTRACE_LOCAL_JUDGE_MODEL",  # the judge's own spelling of local_judge.model (the section's wins in the collector)
+    "RAGTRACE_LOCAL_JUDGE_WORKERS",  # likewise for local_judge.workers
     "RAGTRACE_CROSS_ENCODER_ONNX",
     "RAGTRACE_WORDNET_DIR",  # scoring/wordnet.py: another WordNet 3.0 dict directory for METEOR
     # the example app (examples/rag_app)
@@ -112,6 +113,10 @@ DEFAULT_METRICS: tuple[str, ...] = (
 LocalJudgeModel = Literal["features", "cascade"]
 LOCAL_JUDGE_MODELS: tuple[str, ...] = get_args(LocalJudgeModel)
 DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
+# Threads the embedded judge decides on (``local_judge.workers``): two let one record's Python text work run
+# while another's cross-encoder runs in onnxruntime (which releases the GIL), about a fifth more records/s on
+# 2 cores (bench/local_judge.py).
+DEFAULT_LOCAL_JUDGE_WORKERS = 2
 
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
 ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)
@@ -258,6 +263,9 @@ class LocalJudgeConfig(_Section):
     # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing or do not
     # load); features: the feature model alone (fastest, least memory). Figures: docs/local-judge-cross-encoder.md
     model: LocalJudgeModel = DEFAULT_LOCAL_JUDGE_MODEL
+    # threads the judge decides on (records are scored scoring.concurrency at a time; more threads than cores
+    # gain nothing)
+    workers: int = Field(default=DEFAULT_LOCAL_JUDGE_WORKERS, ge=1, le=64)
 
 
 class GEvalConfig(_Section):

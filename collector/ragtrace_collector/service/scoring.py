@@ -132,7 +132,8 @@ def judge_from_config(judge_cfg: JudgeConfig, local_cfg: LocalJudgeConfig | None
     """The judge of the ``judge`` section: the embedded one for ``local`` (its claim model from the
     ``local_judge`` section), else an LLM judge through litellm."""
     if judge_cfg.model == "local":
-        return make_judge("local", model=(local_cfg or LocalJudgeConfig()).model)
+        local = local_cfg or LocalJudgeConfig()
+        return make_judge("local", model=local.model, workers=local.workers)
     return make_judge(
         judge_cfg.model,
         base_url=judge_cfg.base_url,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pydantic
 import pytest
 
-from ragtrace_collector.config import load_config
+from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_WORKERS, load_config
 from ragtrace_collector.scoring.judges.local import LocalJudge
 from ragtrace_collector.scoring.judges.local.cross_encoder import (
     CASCADE_PARAMS_PATH,
@@ -81,6 +82,23 @@ def test_judge_from_config_passes_the_local_model(monkeypatch: pytest.MonkeyPatc
     config = load_config(environ={"RAGTRACE_LOCAL_JUDGE": "features"})
     judge = judge_from_config(config.judge, config.local_judge)
     assert isinstance(judge, LocalJudge) and judge.model_name == "features" and judge.cascade is None
+
+
+def test_local_judge_workers_come_from_argument_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_WORKERS", raising=False)
+    assert load_config(environ={}).local_judge.workers == DEFAULT_LOCAL_JUDGE_WORKERS == 2
+    assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "3"}).local_judge.workers == 3
+    with pytest.raises(pydantic.ValidationError, match="workers"):
+        load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "0"})
+    config = load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "3"})
+    assert judge_from_config(config.judge, config.local_judge).workers == 3  # type: ignore[attr-defined]
+    assert LocalJudge(model="features").workers == DEFAULT_LOCAL_JUDGE_WORKERS
+    monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "1")
+    assert LocalJudge(model="features").workers == 1
+    assert LocalJudge(model="features", workers=4).workers == 4
+    monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        LocalJudge(model="features")
 
 
 def test_unknown_model_name_is_refused() -> None:
@@ -193,7 +211,9 @@ def test_shipped_cross_encoder_matches_its_recorded_provenance_and_agreement() -
     data = params.raw
     assert params.model_path().is_file()
     assert data["sha256"] and data["data"] and data["commands"] and data["split"]
-    agreement = data["fit"]["agreement"]
+    # the file shipped is the fit's weights exported again with fused attention (``export``)
+    agreement = data["fit"]["export"]["agreement"]
+    assert agreement["fused_operators"]["Attention"] == 6  # one per layer: the graph onnxruntime runs fastest
     # int8 against fp32 on held-out pairs, measured when the model was quantised
     assert agreement["pairs"] >= 200
     assert agreement["int8_vs_fp32_same_side_of_0.5"] >= 0.95
@@ -218,3 +238,49 @@ async def test_shipped_cascade_tells_supported_from_invented() -> None:
     bad = await judge.verify_claims(["The Eiffel Tower was completed in October 1923."], CONTEXTS, QUESTION)
     assert (good[0].confidence or 0.0) > (bad[0].confidence or 0.0)
     assert bad[0].verdict == "no"
+
+
+@shipped
+async def test_verdicts_on_several_threads_are_those_of_one_thread() -> None:
+    """Records in flight on the judge's two threads get exactly the verdicts they get one at a time,
+    with the cross-encoder running on both threads at once, and every claim counted once."""
+    records = [
+        (
+            [
+                f"The Eiffel Tower was completed in {month} {year}.",
+                f"It was designed by {who}.",
+                f"About {n} million people visit it each year.",
+            ],
+            CONTEXTS,
+            QUESTION,
+        )
+        for month, year, who, n in [
+            ("March", 1889, "Gustave Eiffel's company", 7),
+            ("May", 1887, "a Paris architect", 9),
+            ("March", 1901, "the World's Fair committee", 2),
+            ("June", 1889, "engineers from Lyon", 7),
+        ]
+        * 3
+    ]
+    one = LocalJudge(model="cascade", workers=1)
+    many = LocalJudge(model="cascade", workers=2)
+    alone = [await one.verify_claims(*r) for r in records]
+    together = await asyncio.gather(*(many.verify_claims(*r) for r in records))
+    assert [[(v.verdict, v.confidence) for v in vs] for vs in together] == [
+        [(v.verdict, v.confidence) for v in vs] for vs in alone
+    ]
+    assert one.cascade is not None and many.cascade is not None
+    assert many.cascade.stats.claims == one.cascade.stats.claims == 3 * len(records)
+    assert many.cascade.stats.sent == one.cascade.stats.sent > 0  # the cross-encoder was asked
+    await one.aclose()
+    await many.aclose()
+
+
+async def test_clear_caches_makes_the_next_record_cold_and_changes_no_verdict() -> None:
+    judge = LocalJudge(model="features")
+    first = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert judge._indexes.data  # the contexts' index is kept for the next record with these contexts
+    judge.clear_caches()
+    assert not judge._indexes.data
+    again = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert [(v.verdict, v.confidence) for v in again] == [(v.verdict, v.confidence) for v in first]

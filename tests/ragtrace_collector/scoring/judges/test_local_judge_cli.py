@@ -28,7 +28,8 @@ def test_evaluate_cli_scores_shared_rows_with_the_local_judge(shared_dir: Path, 
     )
     assert code == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [line["id"] for line in lines] == [r["id"] for r in rows]
+    # one line per row, in the order rows finish (several are scored at once), each with its input line
+    assert sorted((line["line"], line["id"]) for line in lines) == [(n, r["id"]) for n, r in enumerate(rows, 1)]
     for line in lines:
         assert line["judge"] == "local"
         faith, hall = line["scores"]["faithfulness"], line["scores"]["hallucination"]

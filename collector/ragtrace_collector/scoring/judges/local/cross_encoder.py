@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -211,10 +212,17 @@ class CrossEncoder:
 
 @dataclass
 class CascadeStats:
-    """How much the cascade sent to the cross-encoder (for reports)."""
+    """How much the cascade sent to the cross-encoder (for reports); counted under a lock, since the
+    judge decides on several threads."""
 
     claims: int = 0
     sent: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, claims: int = 0, sent: int = 0) -> None:
+        with self._lock:
+            self.claims += claims
+            self.sent += sent
 
     def as_dict(self) -> dict[str, Any]:
         share = self.sent / self.claims if self.claims else math.nan

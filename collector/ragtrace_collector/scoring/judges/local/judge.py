@@ -40,9 +40,12 @@ about meaning rather than support (``embed``, context-sentence relevance); the m
 first use, once per process.
 
 CPU work (splitting, features, the model, embeddings and loading the embedding model) runs on
-one worker thread per judge, off the event loop, so a collector that scores and receives in one
-process keeps receiving while it scores. Every decision gets what it needs as arguments (the
-question comes with ``verify_claims``), so a verdict never depends on other records in flight.
+the judge's own worker threads, off the event loop, so a collector that scores and receives in one
+process keeps receiving while it scores. ``workers`` / ``RAGTRACE_LOCAL_JUDGE_WORKERS`` (the
+collector's ``local_judge.workers``, default 2): with two, one record's text work (pure Python,
+holding the GIL) runs while another's cross-encoder runs in onnxruntime (which releases it). Every
+decision gets what it needs as arguments (the question comes with ``verify_claims``) and the shared
+state (caches, cascade counters) is locked, so a verdict never depends on other records in flight.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, LOCAL_JUDGE_MODELS
+from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, DEFAULT_LOCAL_JUDGE_WORKERS, LOCAL_JUDGE_MODELS
 from ragtrace_collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
 
 from . import text as T
@@ -95,6 +98,10 @@ class _LRU:
                 self.data.move_to_end(key)
             return value
 
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
+
     def put(self, key: Any, value: Any) -> None:
         with self.lock:
             self.data[key] = value
@@ -125,6 +132,7 @@ class LocalJudge(Judge):
         model: str | None = None,
         cascade_params_path: str | None = None,
         cross_encoder: PairScorer | None = None,
+        workers: int | None = None,
     ) -> None:
         self.use_embeddings = (
             embeddings if embeddings is not None else _env_flag("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", False)
@@ -135,7 +143,10 @@ class LocalJudge(Judge):
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._indexes = _LRU(cache_size)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-local-judge")
+        self.workers = workers or int(os.environ.get("RAGTRACE_LOCAL_JUDGE_WORKERS") or DEFAULT_LOCAL_JUDGE_WORKERS)
+        if self.workers < 1:
+            raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
         name = (model or os.environ.get("RAGTRACE_LOCAL_JUDGE_MODEL") or DEFAULT_LOCAL_JUDGE_MODEL).strip().lower()
         if name not in LOCAL_JUDGE_MODELS:
             raise ValueError(f"local judge model must be one of {', '.join(LOCAL_JUDGE_MODELS)}, not {name!r}")
@@ -167,6 +178,12 @@ class LocalJudge(Judge):
                 self._fall_back(str(exc))
         if self.use_embeddings:
             self.embedder.embed(["warm up"])
+
+    def clear_caches(self) -> None:
+        """Forget the context indexes and sentence splits this process has cached, so the next records
+        are scored cold (benchmarks measure new records, as a collector mostly sees)."""
+        self._indexes.clear()
+        T.clear_cache()
 
     # plumbing ---------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., R], *args: Any) -> R:
@@ -229,7 +246,7 @@ class LocalJudge(Judge):
             return scored, self.model.threshold
         probs = np.asarray([p for p, _ in scored])
         unsure: list[int] = np.flatnonzero(cascade.params.uncertain(probs)).tolist()
-        cascade.stats.claims += len(probs)
+        cascade.stats.add(claims=len(probs))
         if len(unsure):
             try:
                 encoder = cascade.encoder()
@@ -251,7 +268,7 @@ class LocalJudge(Judge):
                 for k, i in enumerate(unsure)
             ]
             probs[unsure] = cascade.params.combine(probs[unsure], encoder.predict(pairs))
-            cascade.stats.sent += len(unsure)
+            cascade.stats.add(sent=len(unsure))
         return [(float(p), row) for p, (_, row) in zip(probs, scored)], cascade.params.threshold
 
     def _verdicts(self, claims: Sequence[str], contexts: Sequence[str], question: str) -> list[ClaimVerdict]:

@@ -324,6 +324,12 @@ def sentences(text: str) -> list[Span]:
     return [Span(*s) for s in found]
 
 
+def clear_cache() -> None:
+    """Forget the cached sentence splits (see :func:`sentences`)."""
+    with _segmenter_lock:
+        _split_cache.clear()
+
+
 def _is_clause(text: str) -> bool:
     return len(content_words(text)) >= 2 and len(text.split()) >= 4
 
