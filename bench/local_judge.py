@@ -91,17 +91,18 @@ async def judges(rows: list[dict], rounds: int) -> None:
     from ragtrace_collector.scoring.judges.local import LocalJudge
 
     in_flight = ScoringConfig().concurrency
-    features = LocalJudge(model="features", workers=DEFAULT_LOCAL_JUDGE_WORKERS)
+    workers = DEFAULT_LOCAL_JUDGE_WORKERS["cascade"]
+    features = LocalJudge(model="features")  # its default: one thread
     one_thread = LocalJudge(model="cascade", workers=1)
-    cascade = LocalJudge(model="cascade", workers=DEFAULT_LOCAL_JUDGE_WORKERS)
+    cascade = LocalJudge(model="cascade")
     if cascade.cascade is None:
         raise SystemExit(f"the cascade did not load: {cascade.fallback_reason}")
     passes = {
         "features, one record at a time": (features, 1),
         "cascade, one record at a time": (one_thread, 1),
-        f"features, {in_flight} in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads": (features, in_flight),
+        f"features, {in_flight} in flight, {features.workers} thread (default)": (features, in_flight),
         f"cascade, {in_flight} in flight, 1 thread": (one_thread, in_flight),
-        f"cascade, {in_flight} in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads (default)": (cascade, in_flight),
+        f"cascade, {in_flight} in flight, {workers} threads (default)": (cascade, in_flight),
     }
     for judge in (features, one_thread, cascade):
         judge.warm_up()

@@ -113,10 +113,11 @@ DEFAULT_METRICS: tuple[str, ...] = (
 LocalJudgeModel = Literal["features", "cascade"]
 LOCAL_JUDGE_MODELS: tuple[str, ...] = get_args(LocalJudgeModel)
 DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
-# Threads the embedded judge decides on (``local_judge.workers``): two let one record's Python text work run
-# while another's cross-encoder runs in onnxruntime (which releases the GIL), about a fifth more records/s on
-# 2 cores (bench/local_judge.py).
-DEFAULT_LOCAL_JUDGE_WORKERS = 2
+# Threads the embedded judge decides on (``local_judge.workers``), per claim model: for the cascade two, so one
+# record's Python text work runs while another's cross-encoder runs in onnxruntime (which releases the GIL),
+# about a tenth more records/s on 2 cores; the feature model is pure Python, where a second thread only
+# contends for the GIL (a tenth fewer records/s). Figures: bench/local_judge.py.
+DEFAULT_LOCAL_JUDGE_WORKERS: dict[str, int] = {"cascade": 2, "features": 1}
 
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
 ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)
@@ -263,9 +264,9 @@ class LocalJudgeConfig(_Section):
     # cross-encoder the uncertain ones (falls back to features when the cross-encoder's files are missing or do not
     # load); features: the feature model alone (fastest, least memory). Figures: docs/local-judge-cross-encoder.md
     model: LocalJudgeModel = DEFAULT_LOCAL_JUDGE_MODEL
-    # threads the judge decides on (records are scored scoring.concurrency at a time; more threads than cores
-    # gain nothing)
-    workers: int = Field(default=DEFAULT_LOCAL_JUDGE_WORKERS, ge=1, le=64)
+    # threads the judge decides on (records are scored scoring.concurrency at a time); unset: the model's own
+    # default (DEFAULT_LOCAL_JUDGE_WORKERS: 2 for cascade, 1 for features)
+    workers: int | None = Field(default=None, ge=1, le=64)
 
 
 class GEvalConfig(_Section):

@@ -84,18 +84,23 @@ def test_judge_from_config_passes_the_local_model(monkeypatch: pytest.MonkeyPatc
     assert isinstance(judge, LocalJudge) and judge.model_name == "features" and judge.cascade is None
 
 
-def test_local_judge_workers_come_from_argument_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_judge_workers_come_from_argument_environment_then_the_models_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_WORKERS", raising=False)
-    assert load_config(environ={}).local_judge.workers == DEFAULT_LOCAL_JUDGE_WORKERS == 2
+    assert load_config(environ={}).local_judge.workers is None  # unset: the claim model's own default
+    assert DEFAULT_LOCAL_JUDGE_WORKERS == {"cascade": 2, "features": 1}
+    assert LocalJudge(model="cascade").workers == 2
+    assert LocalJudge(model="features").workers == 1
     assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "3"}).local_judge.workers == 3
     with pytest.raises(pydantic.ValidationError, match="workers"):
         load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "0"})
     config = load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "3"})
-    assert judge_from_config(config.judge, config.local_judge).workers == 3  # type: ignore[attr-defined]
-    assert LocalJudge(model="features").workers == DEFAULT_LOCAL_JUDGE_WORKERS
+    judge = judge_from_config(config.judge, config.local_judge)
+    assert isinstance(judge, LocalJudge) and judge.workers == 3
     monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "1")
-    assert LocalJudge(model="features").workers == 1
-    assert LocalJudge(model="features", workers=4).workers == 4
+    assert LocalJudge(model="cascade").workers == 1
+    assert LocalJudge(model="cascade", workers=4).workers == 4
     monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "0")
     with pytest.raises(ValueError, match="at least 1"):
         LocalJudge(model="features")

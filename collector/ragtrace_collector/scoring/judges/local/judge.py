@@ -42,8 +42,9 @@ first use, once per process.
 CPU work (splitting, features, the model, embeddings and loading the embedding model) runs on
 the judge's own worker threads, off the event loop, so a collector that scores and receives in one
 process keeps receiving while it scores. ``workers`` / ``RAGTRACE_LOCAL_JUDGE_WORKERS`` (the
-collector's ``local_judge.workers``, default 2): with two, one record's text work (pure Python,
-holding the GIL) runs while another's cross-encoder runs in onnxruntime (which releases it). Every
+collector's ``local_judge.workers``; default 2 for the cascade, 1 for the feature model): with two,
+one record's text work (pure Python, holding the GIL) runs while another's cross-encoder runs in
+onnxruntime (which releases it). Every
 decision gets what it needs as arguments (the question comes with ``verify_claims``) and the shared
 state (caches, cascade counters) is locked, so a verdict never depends on other records in flight.
 """
@@ -143,14 +144,15 @@ class LocalJudge(Judge):
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._indexes = _LRU(cache_size)
-        self.workers = workers or int(os.environ.get("RAGTRACE_LOCAL_JUDGE_WORKERS") or DEFAULT_LOCAL_JUDGE_WORKERS)
-        if self.workers < 1:
-            raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
-        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
         name = (model or os.environ.get("RAGTRACE_LOCAL_JUDGE_MODEL") or DEFAULT_LOCAL_JUDGE_MODEL).strip().lower()
         if name not in LOCAL_JUDGE_MODELS:
             raise ValueError(f"local judge model must be one of {', '.join(LOCAL_JUDGE_MODELS)}, not {name!r}")
         self.model_name = name
+        env_workers = os.environ.get("RAGTRACE_LOCAL_JUDGE_WORKERS")
+        self.workers = workers or int(env_workers or DEFAULT_LOCAL_JUDGE_WORKERS[name])
+        if self.workers < 1:
+            raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
         self.fallback_reason: str | None = None
         self.cascade: _Cascade | None = None
         if name == "cascade":
