@@ -104,6 +104,12 @@ def test_local_judge_workers_come_from_argument_environment_then_the_models_defa
     monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "0")
     with pytest.raises(ValueError, match="at least 1"):
         LocalJudge(model="features")
+    monkeypatch.setenv("RAGTRACE_LOCAL_JUDGE_WORKERS", "two")
+    with pytest.raises(ValueError, match="RAGTRACE_LOCAL_JUDGE_WORKERS must be a whole number, not 'two'"):
+        LocalJudge(model="features")
+    monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_WORKERS")
+    with pytest.raises(ValueError, match="at least 1"):
+        LocalJudge(model="features", workers=0)
 
 
 def test_unknown_model_name_is_refused() -> None:

@@ -44,9 +44,9 @@ the judge's own worker threads, off the event loop, so a collector that scores a
 process keeps receiving while it scores. ``workers`` / ``RAGTRACE_LOCAL_JUDGE_WORKERS`` (the
 collector's ``local_judge.workers``; default 2 for the cascade, 1 for the feature model): with two,
 one record's text work (pure Python, holding the GIL) runs while another's cross-encoder runs in
-onnxruntime (which releases it). Every
-decision gets what it needs as arguments (the question comes with ``verify_claims``) and the shared
-state (caches, cascade counters) is locked, so a verdict never depends on other records in flight.
+onnxruntime (which releases it). Every decision gets what it needs as arguments (the question comes
+with ``verify_claims``) and the shared state (caches, cascade counters) is locked, so a verdict
+never depends on other records in flight.
 """
 
 from __future__ import annotations
@@ -118,6 +118,16 @@ def _env_flag(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _env_workers(default: int) -> int:
+    value = (os.environ.get("RAGTRACE_LOCAL_JUDGE_WORKERS") or "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"RAGTRACE_LOCAL_JUDGE_WORKERS must be a whole number, not {value!r}") from None
+
+
 class LocalJudge(Judge):
     """The offline judge: see the module docstring for what it decides and how."""
 
@@ -148,8 +158,7 @@ class LocalJudge(Judge):
         if name not in LOCAL_JUDGE_MODELS:
             raise ValueError(f"local judge model must be one of {', '.join(LOCAL_JUDGE_MODELS)}, not {name!r}")
         self.model_name = name
-        env_workers = os.environ.get("RAGTRACE_LOCAL_JUDGE_WORKERS")
-        self.workers = workers or int(env_workers or DEFAULT_LOCAL_JUDGE_WORKERS[name])
+        self.workers = workers if workers is not None else _env_workers(DEFAULT_LOCAL_JUDGE_WORKERS[name])
         if self.workers < 1:
             raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
@@ -189,7 +198,7 @@ class LocalJudge(Judge):
 
     # plumbing ---------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., R], *args: Any) -> R:
-        """One decision on the judge's thread, recorded as one local call (no tokens, no cost)."""
+        """One decision on one of the judge's threads, recorded as one local call (no tokens, no cost)."""
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self._executor, fn, *args)
         record_usage(calls=1)  # here, not in the thread: usage scopes live in this task's context
