@@ -121,9 +121,7 @@ async def judges(rows: list[dict], rounds: int) -> None:
     names = list(passes)
     print(f"cascade: {stats['share_sent']:.1%} of claims sent to the cross-encoder")
     print(f"features / cascade, one at a time: {rate[names[0]] / rate[names[1]]:.2f}x")
-    print(
-        f"cascade in flight, {DEFAULT_LOCAL_JUDGE_WORKERS} threads / 1 thread: {rate[names[4]] / rate[names[3]]:.2f}x"
-    )
+    print(f"cascade in flight, {workers} threads / 1 thread: {rate[names[4]] / rate[names[3]]:.2f}x")
     for judge in (features, one_thread, cascade):
         await judge.aclose()
 

@@ -362,12 +362,13 @@ def fit(args: argparse.Namespace) -> None:
     sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
     if args.fold is not None:
         # The int8 model's P(supported) on every claim of its fold (labelled or not), as the cascade will see
-        # them: what ``calibrate --crossfit`` chooses the band, stacking and threshold on.
+        # them (one pair per run, as the judge runs them): what ``calibrate --crossfit`` chooses the band,
+        # stacking and threshold on.
         sess = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
         logits = np.concatenate(
             [
                 sess.run(None, {"input_ids": i.numpy(), "attention_mask": m.numpy(), "token_type_ids": t.numpy()})[0]
-                for i, m, t, _ in _batches(tokenizer, scored, 64, False)
+                for i, m, t, _ in _batches(tokenizer, scored, 1, False)
             ]
         )
         oof = {f"{p['response']}:{k}": float(v) for k, (p, v) in enumerate(zip(scored, sig(logits)))}

@@ -245,6 +245,14 @@ async def test_shipped_cascade_tells_supported_from_invented() -> None:
         ]
     )
     assert p[0] > p[1]
+    # a pair's P is its own: the same alone as beside another pair (the int8 graph scales a run's activations
+    # together, so pairs are never batched)
+    alone = judge.cascade.encoder().predict([(first_segment(CLAIMS[1], QUESTION), CONTEXTS[1])])
+    beside = judge.cascade.encoder().predict(
+        [(first_segment("The tower was completed in 1889.", QUESTION), CONTEXTS[0] * 3)]
+        + [(first_segment(CLAIMS[1], QUESTION), CONTEXTS[1])]
+    )
+    assert alone[0] == beside[1]
     good = await judge.verify_claims(["The Eiffel Tower was completed in March 1889."], CONTEXTS, QUESTION)
     bad = await judge.verify_claims(["The Eiffel Tower was completed in October 1923."], CONTEXTS, QUESTION)
     assert (good[0].confidence or 0.0) > (bad[0].confidence or 0.0)
