@@ -196,6 +196,16 @@ def pretrained_dir() -> Path:
     raise SystemExit(f"no config.json with weights under {base}")
 
 
+def _pair_tokenizer(max_tokens: int) -> Any:
+    """The judge's WordPiece tokenizer as the cross-encoder reads pairs: cut at ``max_tokens``, unpadded."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
+    tokenizer.enable_truncation(max_length=max_tokens)
+    tokenizer.no_padding()
+    return tokenizer
+
+
 def _encoder_class() -> Any:
     import torch
 
@@ -265,7 +275,6 @@ def _batches(
 def fit(args: argparse.Namespace) -> None:
     import onnxruntime as ort
     import torch
-    from tokenizers import Tokenizer
     from transformers import AutoModel
 
     torch.manual_seed(0)
@@ -298,9 +307,7 @@ def fit(args: argparse.Namespace) -> None:
         rng.shuffle(train)
         train = train[: args.limit]
     print(f"training pairs: {len(train)} ({sum(p['label'] == 0 for p in train)} unsupported)", file=sys.stderr)
-    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
-    tokenizer.enable_truncation(max_length=args.max_tokens)
-    tokenizer.no_padding()
+    tokenizer = _pair_tokenizer(args.max_tokens)
     source = args.pretrained or pretrained_dir()
     device = torch.device(args.device)
     model = _encoder_class()(AutoModel.from_pretrained(str(source), dtype=torch.float32))
@@ -520,7 +527,6 @@ def export(args: argparse.Namespace) -> None:
     ``--fold K`` the fold's scores (``oof.json``) again too, from the new int8 file."""
     import onnxruntime as ort
     import torch
-    from tokenizers import Tokenizer
     from transformers import AutoModel
 
     out_dir = WORK if args.fold is None else WORK / f"fold{args.fold}"
@@ -528,9 +534,7 @@ def export(args: argparse.Namespace) -> None:
     source = args.pretrained or pretrained_dir()
     model = _encoder_class()(AutoModel.from_pretrained(str(source), dtype=torch.float32))
     model.load_state_dict(torch.load(weights, map_location="cpu"))
-    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
-    tokenizer.enable_truncation(max_length=args.max_tokens)
-    tokenizer.no_padding()
+    tokenizer = _pair_tokenizer(args.max_tokens)
     pairs = read_pairs()
     agreement = export_onnx(model, source, tokenizer, pairs, out_dir, args.per_channel, args.agreement_pairs)
     if args.fold is not None:
