@@ -57,4 +57,5 @@ bench: install
 	$(PY) bench/scale_out.py
 	$(PY) bench/redis_spill.py
 	$(PY) bench/local_judge.py
+	$(PY) bench/sentence_split.py
 	$(PY) scripts/eval_local_judge.py

@@ -14,10 +14,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
-import pysbd
+from ragtrace_collector.scoring.text import Segmenter
 
 _segmenter_lock = threading.Lock()
-_segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
+_segmenter = Segmenter(language="en", clean=False, char_span=True)
 _split_cache: OrderedDict[str, tuple[tuple[str, int, int], ...]] = OrderedDict()
 _SPLIT_CACHE_SIZE = 4096
 
