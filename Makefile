@@ -58,4 +58,5 @@ bench: install
 	$(PY) bench/redis_spill.py
 	$(PY) bench/local_judge.py
 	$(PY) bench/sentence_split.py
+	$(PY) bench/cross_encoder_ops.py
 	$(PY) scripts/eval_local_judge.py
