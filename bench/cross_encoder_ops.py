@@ -36,12 +36,7 @@ def judge_pairs(limit: int) -> list[tuple[str, str]]:
     from local_judge import training_rows  # bench/local_judge.py: the same rows as the judge's bench
 
     from ragtrace_collector.scoring.judges.local import text as T
-    from ragtrace_collector.scoring.judges.local.cross_encoder import (
-        CascadeParams,
-        choose_windows,
-        first_segment,
-        lexical_similarities,
-    )
+    from ragtrace_collector.scoring.judges.local.cross_encoder import CascadeParams, claim_pair
     from ragtrace_collector.scoring.judges.local.features import ContextIndex
     from ragtrace_collector.scoring.judges.local.judge import LocalJudge
 
@@ -53,14 +48,9 @@ def judge_pairs(limit: int) -> list[tuple[str, str]]:
         if not claims:
             continue
         index = ContextIndex.build(row["retrieved_contexts"])
-        for claim, (_, support) in zip(claims, judge.support(claims, row["retrieved_contexts"], row["user_input"])):
-            sims = lexical_similarities(set(T.content_words(claim)), index.sentence_tokens)
-            pairs.append(
-                (
-                    first_segment(claim, row["user_input"]),
-                    choose_windows(sims, index.sentences, support.best_sentence, windows),
-                )
-            )
+        supports = judge.support(claims, row["retrieved_contexts"], row["user_input"])
+        for claim, (_, support) in zip(claims, supports):
+            pairs.append(claim_pair(claim, row["user_input"], index, support.best_sentence, windows))
             if len(pairs) == limit:
                 return pairs
     return pairs
@@ -69,9 +59,7 @@ def judge_pairs(limit: int) -> list[tuple[str, str]]:
 def measure(limit: int) -> dict[str, Any]:
     """ms per pair on 1 and 2 threads, the per-operator profile, and the logits (to compare versions)."""
     import onnxruntime as ort
-    from tokenizers import Tokenizer
 
-    from ragtrace_collector.scoring.embeddings import DEFAULT_TOKENIZER
     from ragtrace_collector.scoring.judges.local.cross_encoder import CascadeParams, CrossEncoder
 
     params = CascadeParams.load()
@@ -91,15 +79,7 @@ def measure(limit: int) -> dict[str, Any]:
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "profile")
         session = ort.InferenceSession(str(params.model_path()), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in session.get_inputs()}
-        tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))  # as CrossEncoder reads pairs
-        tokenizer.enable_truncation(max_length=params.max_tokens)
-        tokenizer.no_padding()
-        for encoding in tokenizer.encode_batch(pairs):
-            ids = np.asarray([encoding.ids], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
-            if "token_type_ids" in names:
-                feeds["token_type_ids"] = np.asarray([encoding.type_ids], dtype=np.int64)
+        for feeds in encoder.encode(pairs):
             session.run(None, feeds)
         events = json.loads(Path(session.end_profiling()).read_text())
     per_op: collections.Counter[str] = collections.Counter()

@@ -77,9 +77,7 @@ from ragtrace_collector.scoring.judges.local import features as F  # noqa: E402
 from ragtrace_collector.scoring.judges.local import text as T  # noqa: E402
 from ragtrace_collector.scoring.judges.local.cross_encoder import (  # noqa: E402
     CASCADE_PARAMS_PATH,
-    choose_windows,
-    first_segment,
-    lexical_similarities,
+    claim_pair,
 )
 from ragtrace_collector.scoring.judges.local.model import LocalJudgeParams  # noqa: E402
 
@@ -128,6 +126,7 @@ def prepare(args: argparse.Namespace) -> None:
         texts = [c.text for c in claims]
         support = F.claim_features(texts, row["user_input"], index, None, None, params.common_words)
         for claim, label, s in zip(texts, claim_labels(row, claims), support):
+            a, b = claim_pair(claim, row["user_input"], index, s.best_sentence, args.windows)
             pairs.append(
                 {
                     "response": r,
@@ -137,13 +136,8 @@ def prepare(args: argparse.Namespace) -> None:
                     "question": row["user_input"],
                     "hallucinated": bool(row["hallucinated"]),
                     "generator": row.get("generator_model"),
-                    "a": first_segment(claim, row["user_input"]),
-                    "b": choose_windows(
-                        lexical_similarities(set(T.content_words(claim)), index.sentence_tokens),
-                        index.sentences,
-                        s.best_sentence,
-                        args.windows,
-                    ),
+                    "a": a,
+                    "b": b,
                     "label": label,
                     "x": s.features[cols].tolist(),
                 }

@@ -34,6 +34,9 @@ import numpy as np
 
 from ragtrace_collector.scoring.embeddings import DEFAULT_TOKENIZER, cpu_session, sha256_of
 
+from . import text as T
+from .features import ContextIndex
+
 CASCADE_PARAMS_PATH = Path(__file__).parent / "cross_encoder.json"
 
 
@@ -81,6 +84,15 @@ def choose_windows(similarities: np.ndarray | None, sentences: Sequence[str], be
                 picked.add(j)
                 break
     return " ".join(sentences[j] for j in sorted(picked))
+
+
+def claim_pair(
+    claim: str, question: str, index: ContextIndex, best_sentence: str | None, windows: int
+) -> tuple[str, str]:
+    """The cross-encoder's input for one claim, as the judge builds it and training built it: the claim with its
+    question, and its ``windows`` most similar context sentences plus the feature model's ``best_sentence``."""
+    similarities = lexical_similarities(set(T.content_words(claim)), index.sentence_tokens)
+    return first_segment(claim, question), choose_windows(similarities, index.sentences, best_sentence, windows)
 
 
 @dataclass
@@ -186,14 +198,21 @@ class CrossEncoder:
         up to 0.3 on training pairs, 1% of them across 0.5), and a claim's verdict would depend on the other
         claims of its response. Alone, a pair always gets the same P; it costs ~9% more per pair.
         """
-        out = np.zeros(len(pairs), dtype=np.float32)
-        for i, encoding in enumerate(self._tokenizer.encode_batch([(a, b or ".") for a, b in pairs])):
+        return np.asarray(
+            [float(np.asarray(self._session.run(None, feeds)[0]).reshape(-1)[0]) for feeds in self.encode(pairs)],
+            dtype=np.float32,
+        )
+
+    def encode(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, np.ndarray]]:
+        """One run's inputs per pair (a batch of one, unpadded), as :meth:`logits` feeds them to the session."""
+        feeds = []
+        for encoding in self._tokenizer.encode_batch([(a, b or ".") for a, b in pairs]):
             ids = np.asarray([encoding.ids], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
             if "token_type_ids" in self._inputs:
-                feeds["token_type_ids"] = np.asarray([encoding.type_ids], dtype=np.int64)
-            out[i] = float(np.asarray(self._session.run(None, feeds)[0]).reshape(-1)[0])
-        return out
+                feed["token_type_ids"] = np.asarray([encoding.type_ids], dtype=np.int64)
+            feeds.append(feed)
+        return feeds
 
     def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """P(supported) per pair, as the model was trained (before the cascade's stacking)."""

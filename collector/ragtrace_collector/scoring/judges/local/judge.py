@@ -72,9 +72,7 @@ from .cross_encoder import (
     CrossEncoder,
     CrossEncoderError,
     PairScorer,
-    choose_windows,
-    first_segment,
-    lexical_similarities,
+    claim_pair,
 )
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
@@ -265,19 +263,8 @@ class LocalJudge(Judge):
                 self._fall_back(str(exc))
                 return scored, self.model.threshold
             index = self._index(contexts)
-            sims = [lexical_similarities(set(T.content_words(claims[i])), index.sentence_tokens) for i in unsure]
-            pairs = [
-                (
-                    first_segment(claims[i], question),
-                    choose_windows(
-                        sims[k],
-                        index.sentences,
-                        scored[i][1].best_sentence,
-                        cascade.params.windows,
-                    ),
-                )
-                for k, i in enumerate(unsure)
-            ]
+            windows = cascade.params.windows
+            pairs = [claim_pair(claims[i], question, index, scored[i][1].best_sentence, windows) for i in unsure]
             probs[unsure] = cascade.params.combine(probs[unsure], encoder.predict(pairs))
             cascade.stats.add(sent=len(unsure))
         return [(float(p), row) for p, (_, row) in zip(probs, scored)], cascade.params.threshold
