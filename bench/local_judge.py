@@ -5,8 +5,9 @@
 Two comparisons on the same RAGTruth QA rows (``../shared/data``; training-fold rows, since only speed
 is measured, taken at an even stride so that every generator's answers are in their share):
 
-- the feature model alone (``local_judge.model: features``) against the default cascade (the feature
-  model, then the int8 cross-encoder for the claims it is unsure of), each record new to the judge
+- the feature model alone (``local_judge.model: features``), the cascade (the feature model, then the int8
+  cross-encoder for the claims it is unsure of) and the default reader (every claim read by the int8 claim
+  reader, stacked with the feature model), each record new to the judge
   (its sentence splits and context index not cached, as a collector mostly sees them; the caches are
   cleared before each pass): one record at a time (claims, then verdicts), and as the collector scores,
   ``scoring.concurrency`` records in flight, on one judge thread and on ``local_judge.workers`` (the
@@ -91,20 +92,23 @@ async def judges(rows: list[dict], rounds: int) -> None:
     from ragtrace_collector.scoring.judges.local import LocalJudge
 
     in_flight = ScoringConfig().concurrency
-    workers = DEFAULT_LOCAL_JUDGE_WORKERS["cascade"]
+    workers = DEFAULT_LOCAL_JUDGE_WORKERS["reader"]
     features = LocalJudge(model="features")  # its default: one thread
-    one_thread = LocalJudge(model="cascade", workers=1)
     cascade = LocalJudge(model="cascade")
-    if cascade.cascade is None:
-        raise SystemExit(f"the cascade did not load: {cascade.fallback_reason}")
+    reader_one = LocalJudge(model="reader", workers=1)
+    reader = LocalJudge(model="reader")
+    if cascade.cascade is None or reader.reader is None:
+        raise SystemExit(f"a model did not load: {cascade.fallback_reason or reader.fallback_reason}")
     passes = {
         "features, one record at a time": (features, 1),
-        "cascade, one record at a time": (one_thread, 1),
+        "cascade, one record at a time": (cascade, 1),
+        "reader, one record at a time": (reader_one, 1),
         f"features, {in_flight} in flight, {features.workers} thread (default)": (features, in_flight),
-        f"cascade, {in_flight} in flight, 1 thread": (one_thread, in_flight),
-        f"cascade, {in_flight} in flight, {workers} threads (default)": (cascade, in_flight),
+        f"cascade, {in_flight} in flight, {cascade.workers} threads (default)": (cascade, in_flight),
+        f"reader, {in_flight} in flight, 1 thread": (reader_one, in_flight),
+        f"reader, {in_flight} in flight, {workers} threads (default)": (reader, in_flight),
     }
-    for judge in (features, one_thread, cascade):
+    for judge in (features, cascade, reader_one, reader):
         judge.warm_up()
         await score(judge, rows[:5])
     seconds = dict.fromkeys(passes, 0.0)
@@ -112,6 +116,7 @@ async def judges(rows: list[dict], rounds: int) -> None:
         for name, (judge, n) in passes.items():
             seconds[name] += await score(judge, rows, n)
     stats = cascade.cascade.stats.as_dict()
+    claims = reader.reader.stats.as_dict()["claims"] / max(1, rounds * len(rows) + 5)
     rate = {k: len(rows) * rounds / v for k, v in seconds.items()}
     width = max(map(len, passes))
     print(f"{len(rows)} records x {rounds} rounds, each record new to the judge (caches cleared per pass)")
@@ -120,9 +125,11 @@ async def judges(rows: list[dict], rounds: int) -> None:
         print(f"{name:<{width}} {rate[name]:>10.1f} {1000 / rate[name]:>10.2f}")
     names = list(passes)
     print(f"cascade: {stats['share_sent']:.1%} of claims sent to the cross-encoder")
-    print(f"features / cascade, one at a time: {rate[names[0]] / rate[names[1]]:.2f}x")
-    print(f"cascade in flight, {workers} threads / 1 thread: {rate[names[4]] / rate[names[3]]:.2f}x")
-    for judge in (features, one_thread, cascade):
+    print(f"reader: every claim read ({claims:.1f} claims per record)")
+    print(f"reader / cascade, one at a time: {rate[names[2]] / rate[names[1]]:.2f}x")
+    print(f"reader / cascade in flight, default threads: {rate[names[6]] / rate[names[4]]:.2f}x")
+    print(f"reader in flight, {workers} threads / 1 thread: {rate[names[6]] / rate[names[5]]:.2f}x")
+    for judge in (features, cascade, reader_one, reader):
         await judge.aclose()
 
 

@@ -9,6 +9,12 @@ AUROC of P(supported) per claim against RAGTruth's span labels, a per-generator 
     python3 scripts/eval_local_judge.py --data ../shared/data
     python3 scripts/eval_local_judge.py --embeddings         # the claim model with embedding features
     python3 scripts/eval_local_judge.py --model cascade      # features, then the cross-encoder where unsure
+    python3 scripts/eval_local_judge.py --model features     # the feature model alone
+
+Besides the held-out RAGTruth QA and HaluEval QA rows, every run scores the hand-written contradiction suite
+(``tests/support/contradiction_suite.jsonl``: faithful answers and their minimally edited contradicting twins,
+never trained or tuned on): balanced accuracy by the same rule, per category, and how many of the contradicting
+answers the judge calls *contradicted* (``no``) rather than *not found* (``idk``).
     python3 scripts/eval_local_judge.py --fp32-python /tmp/fp32-venv/bin/python --fp32-model DIR
 
 ``--fp32-*`` compares the int8 ONNX embeddings with the fp32 PyTorch model (sentence-transformers'
@@ -65,6 +71,42 @@ with torch.no_grad():
         out += torch.nn.functional.normalize(pooled, dim=1).tolist()
 json.dump(out, open(dst, "w"))
 """
+
+
+SUITE = ROOT / "tests" / "support" / "contradiction_suite.jsonl"
+
+
+async def evaluate_suite(judge: LocalJudge, path: Path = SUITE) -> dict:
+    """The contradiction suite, each item scored as the faithfulness metric scores a record."""
+    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    y, pred, typed = [], [], 0
+    per: dict[str, list[int]] = {}
+    wrong = []
+    start = time.perf_counter()
+    for item in items:
+        claims = await judge.extract_claims(item["question"], item["response"])
+        verdicts = await judge.verify_claims(claims, [item["context"]], item["question"])
+        flagged = any(v.verdict != "yes" for v in verdicts)
+        unfaithful = not item["faithful"]
+        y.append(int(unfaithful))
+        pred.append(int(flagged))
+        per.setdefault(item["category"], []).append(int(flagged == unfaithful))
+        if unfaithful and any(v.verdict == "no" for v in verdicts):
+            typed += 1
+        if flagged != unfaithful:
+            wrong.append(item["id"])
+    elapsed = time.perf_counter() - start
+    ya, pa = np.asarray(y), np.asarray(pred)
+    return {
+        "items": len(items),
+        "balanced_accuracy": round(100 * balanced_accuracy(ya, pa), 2),
+        "recall_contradicted": round(float(pa[ya == 1].mean()), 4),
+        "specificity": round(float(1 - pa[ya == 0].mean()), 4),
+        "contradicting_called_contradicted": round(typed / max(1, int(ya.sum())), 4),
+        "per_category_accuracy": {k: round(100 * float(np.mean(v)), 1) for k, v in sorted(per.items())},
+        "wrong": wrong,
+        "seconds": round(elapsed, 2),
+    }
 
 
 def _rates(y: np.ndarray, f: np.ndarray, min_conf: np.ndarray) -> dict:
@@ -200,11 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--model",
-        choices=("features", "cascade"),
+        choices=("reader", "cascade", "features"),
         default=None,
         help="the judge's claim model (local_judge.model); default: the judge's own default",
     )
     parser.add_argument("--cascade-params", help="another cross_encoder.json (its ONNX file beside it)")
+    parser.add_argument("--reader-params", help="another reader.json (its ONNX file beside it)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
     parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
     parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
@@ -216,19 +259,29 @@ def main(argv: list[str] | None = None) -> int:
 
     rss_before = _rss_mib()
     t0 = time.perf_counter()
-    judge = LocalJudge(embeddings=args.embeddings, model=args.model, cascade_params_path=args.cascade_params)
+    judge = LocalJudge(
+        embeddings=args.embeddings,
+        model=args.model,
+        cascade_params_path=args.cascade_params,
+        reader_params_path=args.reader_params,
+    )
     judge.warm_up()  # every model the judge will use is loaded here: excluded from records/s
     load_seconds = time.perf_counter() - t0
     report = {
         "model": judge.model_name + ("+embedding-features" if judge.use_embeddings else ""),
         "load_seconds": round(load_seconds, 2),
-        "threshold": judge.cascade.params.threshold if judge.cascade is not None else judge.model.threshold,
+        "threshold": judge.reader.params.threshold
+        if judge.reader is not None
+        else judge.cascade.params.threshold
+        if judge.cascade is not None
+        else judge.model.threshold,
         "fallback_reason": judge.fallback_reason,
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],
         "rss_mib_before_load": rss_before,
         "rss_mib_after_load": _rss_mib(),
     }
+    report["contradiction_suite"] = asyncio.run(evaluate_suite(judge))
     for name in (RAGTRUTH, HALUEVAL):
         rows = [r for r in load(args.data, name) if split_of(r) == "test"]
         if args.limit:
@@ -237,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     report["rss_mib_peak"] = _rss_mib()
     if judge.cascade is not None:
         report["cascade"] = judge.cascade.stats.as_dict()
+    if judge.reader is not None:
+        report["reader"] = judge.reader.stats.as_dict()
     print(json.dumps(report, indent=1))
     return 0
 

@@ -432,8 +432,12 @@ def export_onnx(
     out_dir: Path,
     per_channel: bool,
     agreement_pairs: int,
+    *,
+    num_layers: int | None = None,
+    stem: str = "cross_encoder",
 ) -> dict[str, Any]:
-    """Write ``cross_encoder.fp32.onnx`` and the int8 ``cross_encoder.onnx``; return how they agree.
+    """Write ``{stem}.fp32.onnx`` and the int8 ``{stem}.onnx``; return how they agree. ``num_layers``: the model
+    keeps only the pretrained encoder's first layers (the claim reader's).
 
     The export uses eager attention (the same weights in a model built with ``attn_implementation="eager"``):
     torch's SDPA path exports as a graph onnxruntime cannot fuse, while the eager one fuses into one
@@ -448,10 +452,13 @@ def export_onnx(
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
 
-    eager = _encoder_class()(AutoModel.from_pretrained(str(source), dtype=torch.float32, attn_implementation="eager"))
+    layers = {"num_hidden_layers": num_layers} if num_layers else {}
+    eager = _encoder_class()(
+        AutoModel.from_pretrained(str(source), dtype=torch.float32, attn_implementation="eager", **layers)
+    )
     eager.load_state_dict(model.state_dict())
     eager.eval()
-    raw, fp32, int8 = (out_dir / n for n in ("cross_encoder.export.onnx", "cross_encoder.fp32.onnx", MODEL_FILE))
+    raw, fp32, int8 = (out_dir / f"{stem}{n}" for n in (".export.onnx", ".fp32.onnx", ".onnx"))
     ids, mask, types, _ = next(_batches(tokenizer, pairs[:2], 2, False))
     torch.onnx.export(
         eager,

@@ -138,14 +138,16 @@ def test_collector_wheel_ships_the_corpus_and_the_rules(wheels):
     ), sorted(explorer)
 
 
-def test_the_installed_wheel_runs_the_cascade_judge_not_its_fallback(wheels, venv, tmp_path):
-    """The cross-encoder is package data: a wheel without it, or with a file its sha256 does not match, would
-    quietly fall back to the feature model. From an empty directory, the installed judge must load it and use it."""
+def test_the_installed_wheel_runs_the_reader_judge_not_its_fallback(wheels, venv, tmp_path):
+    """The claim reader and the cross-encoder are package data: a wheel without them, or with a file its sha256
+    does not match, would quietly fall back to the feature model. From an empty directory, the installed judge
+    must load the reader and read every claim with it."""
     with zipfile.ZipFile(wheels["collector"]) as zf:
         local = "ragtrace_collector/scoring/judges/local/"
-        params = json.loads(zf.read(local + "cross_encoder.json"))
-        model = zf.read(local + params["model_file"])
-    assert hashlib.sha256(model).hexdigest() == params["sha256"] and len(model) == params["bytes"]
+        for name in ("reader.json", "cross_encoder.json"):
+            params = json.loads(zf.read(local + name))
+            model = zf.read(local + params["model_file"])
+            assert hashlib.sha256(model).hexdigest() == params["sha256"] and len(model) == params["bytes"], name
     cwd = tmp_path / "empty"
     cwd.mkdir()
     probe = (
@@ -154,16 +156,16 @@ def test_the_installed_wheel_runs_the_cascade_judge_not_its_fallback(wheels, ven
         "judge = LocalJudge()\n"
         "judge.warm_up()\n"
         "ctx = ['The Eiffel Tower was completed in March 1889 and designed by the company of Gustave Eiffel.']\n"
-        "claims = ['The tower was finished in 1889, to a design by Eiffel.', 'It was completed in 1923.']\n"
+        "claims = ['The tower was finished in 1889, to a design by Eiffel.', 'It was not completed in 1889.']\n"
         "verdicts = asyncio.run(judge.verify_claims(claims, ctx, 'When was the Eiffel Tower completed?'))\n"
         "print(json.dumps({'model': judge.model_name, 'fallback': judge.fallback_reason,\n"
-        "  'file': str(judge.cascade.encoder().model_path), 'stats': judge.cascade.stats.as_dict(),\n"
+        "  'file': str(judge.reader.encoder().model_path), 'stats': judge.reader.stats.as_dict(),\n"
         "  'verdicts': [v.verdict for v in verdicts]}))\n"
     )
     out = json.loads(run([venv / "bin" / "python", "-c", probe], timeout=120, cwd=cwd, env=user_env()).splitlines()[-1])
-    assert out["model"] == "cascade" and out["fallback"] is None, out
+    assert out["model"] == "reader" and out["fallback"] is None, out
     assert Path(out["file"]).resolve().is_relative_to(venv.resolve()), out
-    assert out["stats"]["claims"] == 2 and out["verdicts"][1] == "no", out
+    assert out["stats"]["claims"] == 2 and out["verdicts"] == ["yes", "no"], out
 
 
 def test_demo_from_the_installed_wheels_scores_records(venv, tmp_path):

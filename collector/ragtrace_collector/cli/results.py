@@ -13,6 +13,10 @@ direction: lowest first where higher is better, highest first where lower is bet
 among equal scores (a fresh incident shows before old records of the same score). ``--summary`` takes
 the same filters (--metric, --below, --above, --pipeline, --service, --judge, --since, --trace-id) as the
 listing.
+
+Each claim a result did not count as supported is printed with its verdict (``contradicted``, ``not found``, or
+``unsupported`` where the judge's ``no`` does not say which) and the judge's reason; ``--json`` gives the same as
+``claim_problems`` (null where the details hold no per-claim verdicts), beside ``unsupported_claims``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, TextIO
 
 from ragtrace_collector.cli.printable import json_line, printable
 from ragtrace_collector.explorer.query import parse_duration, parse_time
+from ragtrace_collector.model.result import CLAIM_WORDS, unsupported_claim_verdicts
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
 from ragtrace_collector.scoring.results_store import ResultFilter, ResultsStore, StoredResult
 
@@ -74,6 +79,16 @@ def unsupported_claims(row: StoredResult) -> list[str]:
     return _unsupported(row.details)
 
 
+def claim_problems(row: StoredResult) -> list[dict[str, Any]] | None:
+    """The claims not counted as supported, each with its verdict: ``statement``, ``verdict`` (the judge's),
+    ``kind`` (``contradicted``, ``not_found``, or ``unsupported`` for a ``no`` that does not say which) and
+    ``reason``; contradicted first. None where the details hold no per-claim verdicts."""
+    problems = unsupported_claim_verdicts(row.details)
+    if problems is None:
+        return None
+    return [{k: c[k] for k in ("statement", "verdict", "kind", "reason")} for c in problems]
+
+
 def as_json(row: StoredResult) -> dict[str, Any]:
     out = {
         "trace_id": row.trace_id,
@@ -87,6 +102,7 @@ def as_json(row: StoredResult) -> dict[str, Any]:
         "user_input": row.user_input,
         "response": row.response,
         "unsupported_claims": unsupported_claims(row),
+        "claim_problems": claim_problems(row),
         "scored_at": row.scored_at,
         "sampling_weight": row.sampling_weight,
         "status": row.status,
@@ -122,8 +138,15 @@ def print_table(rows: list[StoredResult], out: TextIO) -> None:
             out.write(f"    question: {_short(row.user_input)}\n")
         if row.response:
             out.write(f"    answer:   {_short(row.response)}\n")
-        for claim in unsupported_claims(row):
-            out.write(f"    unsupported: {_short(claim)}\n")
+        problems = claim_problems(row)
+        if problems is None:  # details without per-claim verdicts: the statements they list
+            for claim in unsupported_claims(row):
+                out.write(f"    unsupported: {_short(claim)}\n")
+        else:
+            for problem in problems:
+                out.write(f"    {CLAIM_WORDS[problem['kind']]}: {_short(problem['statement'])}\n")
+                if problem["reason"]:
+                    out.write(f"      why: {_short(problem['reason'])}\n")
 
 
 def print_summary(rows: list[dict[str, Any]], out: TextIO) -> None:

@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Any
 
 from ragtrace_collector.explorer.thresholds import Thresholds
+from ragtrace_collector.model.result import claim_kind
 from ragtrace_collector.scoring.results_store import StoredRecord, StoredResult
 
 EXPLORER_PATH = "/explorer/"  # the records list; the demo prints it first
@@ -105,7 +106,8 @@ def _squash(text: str) -> str:
 
 
 def claims_of(record: StoredRecord) -> list[dict[str, Any]]:
-    """The answer's claims with their verdicts, from faithfulness (else hallucination) details."""
+    """The answer's claims with their verdicts, from faithfulness (else hallucination) details; ``kind`` says which
+    verdict in words the page can show (:func:`~ragtrace_collector.model.result.claim_kind`)."""
     by_metric = {r.metric: r for r in record.results}
     for name in CLAIM_METRICS:
         result = by_metric.get(name)
@@ -120,6 +122,8 @@ def claims_of(record: StoredRecord) -> list[dict[str, Any]]:
                         "index": i + 1,
                         "statement": str(claim.get("statement", "")),
                         "verdict": verdict,
+                        # supported, contradicted, not_found, or unsupported (a "no" that does not say which)
+                        "kind": claim_kind(verdict, claim.get("reason")),
                         "supported": verdict == "yes" or (idk_ok and verdict == "idk"),
                         "reason": claim.get("reason"),
                         "evidence": claim.get("evidence"),
@@ -146,7 +150,9 @@ def answer_segments(answer: str, claims: list[dict[str, Any]]) -> list[dict[str,
             continue
         if at > cursor:
             segments.append({"text": answer[cursor:at], "claim": None})
-        segments.append({"text": statement, "claim": claim["index"], "verdict": claim["verdict"]})
+        segments.append(
+            {"text": statement, "claim": claim["index"], "verdict": claim["verdict"], "kind": claim["kind"]}
+        )
         claim["in_answer"] = True
         cursor = at + len(statement)
     if cursor < len(answer):

@@ -33,7 +33,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace import attributes as A
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import MetricResult, unsupported_claims
+from ragtrace_collector.model.result import MetricResult, unsupported_claim_verdicts, unsupported_claims
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,31 @@ def make_exporter(
     return HttpExporter(endpoint=logs_endpoint(endpoint), headers=headers or None, timeout=timeout)
 
 
+def _claim_problem(claim: dict[str, Any], where: str) -> str:
+    """One claim the metric did not count as supported, saying which verdict it had: ``Contradicted: <claim>
+    (<the judge's reason>)``, ``Not found in the contexts: <claim>``, or ``Unsupported: <claim> (<reason>)`` for a
+    ``no`` whose reason does not say contradicted (an LLM judge's ``no`` may be either)."""
+    statement = " ".join(claim["statement"].split())
+    if claim["kind"] == "not_found":
+        return f"Not found in {where}: {statement}"
+    label = "Contradicted" if claim["kind"] == "contradicted" else "Unsupported"
+    return f"{label}: {statement} ({claim['reason']})" if claim["reason"] else f"{label}: {statement}"
+
+
 def explanation(result: MetricResult) -> str:
-    """A short human-readable why: the unsupported claims where the metric lists them, else the reason."""
-    bad = unsupported_claims(result.details)
-    if bad:
+    """A short human-readable why: where the details hold per-claim verdicts, each claim not counted as supported
+    with its verdict (contradicted first, then unsupported, then not found); else the unsupported claims where the
+    metric lists them; else the reason. At most ``MAX_EXPLANATION_CHARS``."""
+    details = result.details or {}
+    problems = unsupported_claim_verdicts(details)
+    if problems:
+        where = "the source" if details.get("source") == "user_input" else "the contexts"  # summarization's source
+        text = "; ".join(_claim_problem(c, where) for c in problems)
+    elif problems is None and (bad := unsupported_claims(details)):
         text = "Unsupported claims: " + "; ".join(str(c) for c in bad)
     else:
         text = result.reason or ""
-    return text[:MAX_EXPLANATION_CHARS]
+    return text if len(text) <= MAX_EXPLANATION_CHARS else text[: MAX_EXPLANATION_CHARS - 1] + "…"
 
 
 def parse_trace_id(value: str | None) -> int | None:

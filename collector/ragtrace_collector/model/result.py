@@ -8,6 +8,20 @@ from typing import Any, Literal
 
 Status = Literal["scored", "skipped", "error"]
 
+# What a claim's verdict tells a reader. ``yes``: supported; ``idk``: not found in the contexts; ``no``:
+# contradicted where the judge's reason says so (the local judge's reasons start "contradicted by context #2: ..."),
+# else unsupported, which is all an LLM judge's ``no`` says (its prompt asks ``no`` for a claim the contexts
+# contradict *or* do not contain).
+ClaimKind = Literal["supported", "contradicted", "not_found", "unsupported"]
+CLAIM_WORDS: dict[str, str] = {
+    "supported": "supported",
+    "contradicted": "contradicted",
+    "not_found": "not found",
+    "unsupported": "unsupported",
+}
+# The order problems are listed in: contradicted first, then unsupported (maybe contradicted), then not found.
+_PROBLEM_ORDER = {"contradicted": 0, "unsupported": 1, "not_found": 2, "supported": 3}
+
 
 @dataclass
 class JudgeUsage:
@@ -80,3 +94,54 @@ def unsupported_claims(details: dict[str, Any] | None) -> list[str]:
         for c in claims
         if isinstance(c, dict) and c.get("verdict") is not None and c.get("verdict") not in ok
     ]
+
+
+def claim_kind(verdict: Any, reason: Any = None) -> ClaimKind:
+    """What a claim verdict says, in words a reader can take at face value: ``yes`` is supported, ``idk`` not
+    found in the contexts, ``no`` contradicted when the judge's reason starts with "contradicted", else unsupported
+    (contradicted or not found: an LLM judge's ``no`` does not say which). Scoring is not decided here:
+    ``idk_counts_as_supported`` still makes an ``idk`` claim count as supported."""
+    if verdict == "yes":
+        return "supported"
+    if verdict == "idk":
+        return "not_found"
+    if isinstance(reason, str) and reason.strip().casefold().startswith("contradicted"):
+        return "contradicted"
+    return "unsupported"
+
+
+def claim_verdicts(details: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The per-claim verdicts of a metric's ``details["claims"]`` (faithfulness, hallucination, summarization), each
+    ``statement``, ``verdict``, ``kind`` (:func:`claim_kind`), ``supported`` (as the metric counted it, ``idk``
+    included where ``idk_counts_as_supported``) and ``reason``; None where the details carry no per-claim
+    verdicts (a metric that lists only statements, or none)."""
+    details = details or {}
+    claims = details.get("claims")
+    if not isinstance(claims, (list, tuple)):
+        return None
+    idk_ok = bool(details.get("idk_counts_as_supported"))
+    out = []
+    for c in claims:
+        if not isinstance(c, dict) or c.get("verdict") is None:
+            continue
+        verdict = str(c["verdict"])
+        reason = c.get("reason")
+        out.append(
+            {
+                "statement": str(c.get("statement", "")),
+                "verdict": verdict,
+                "kind": claim_kind(verdict, reason),
+                "supported": verdict == "yes" or (idk_ok and verdict == "idk"),
+                "reason": " ".join(reason.split()) if isinstance(reason, str) else None,
+            }
+        )
+    return out or None
+
+
+def unsupported_claim_verdicts(details: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """:func:`claim_verdicts` of the claims the metric did not count as supported, contradicted first, then
+    unsupported, then not found; None where the details carry no per-claim verdicts."""
+    verdicts = claim_verdicts(details)
+    if verdicts is None:
+        return None
+    return sorted((c for c in verdicts if not c["supported"]), key=lambda c: _PROBLEM_ORDER[c["kind"]])

@@ -13,6 +13,7 @@ from ragtrace_collector.cli import results as results_cmd
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.results_store import ResultsStore
+from tests.support.claim_verdicts import CONTRADICTED, CONTRADICTED_REASON, NOT_FOUND, NOT_FOUND_REASON, RECORD, scored
 from tests.support.paths import REPO
 
 
@@ -241,3 +242,53 @@ def test_summary_rejects_a_bad_since(tmp_path, capsys):
     fill_services(path)
     assert results_cmd.run(parse(["--summary", "--since", "soon", "--store", str(path)])) == 2
     assert "--since" in capsys.readouterr().err
+
+
+def test_each_claim_not_supported_is_shown_with_its_verdict_and_reason(tmp_path):
+    """A record with a contradicted and a not-found claim: each is printed with its verdict word and the judge's
+    reason, contradicted first, in the table and in ``--json`` (``claim_problems``)."""
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    store.add(RECORD, scored(), "local")
+    store.close()
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--store", str(path)]), out) == 0
+    claims = out.getvalue().splitlines()[3:]  # after the result's row, question and answer
+    assert claims == [
+        f"    contradicted: {CONTRADICTED}",
+        f"      why: {CONTRADICTED_REASON}",
+        f"    not found: {NOT_FOUND}",
+        f"      why: {NOT_FOUND_REASON}",
+    ]
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--metric", "hallucination", "--json", "--store", str(path)]), out) == 0
+    (row,) = map(json.loads, out.getvalue().splitlines())
+    assert row["unsupported_claims"] == [CONTRADICTED, NOT_FOUND]  # as before
+    assert row["claim_problems"] == [
+        {"statement": CONTRADICTED, "verdict": "no", "kind": "contradicted", "reason": CONTRADICTED_REASON},
+        {"statement": NOT_FOUND, "verdict": "idk", "kind": "not_found", "reason": NOT_FOUND_REASON},
+    ]
+
+
+def test_a_no_that_does_not_say_contradicted_is_shown_unsupported(tmp_path):
+    path = tmp_path / "r.sqlite"
+    store = ResultsStore(path)
+    store.add(RECORD, scored(["faithfulness"], llm_style=True), "openai/gpt-4o")
+    store.close()
+    out = io.StringIO()
+    assert results_cmd.run(parse(["--metric", "faithfulness", "--store", str(path)]), out) == 0
+    assert out.getvalue().splitlines()[3:] == [
+        f"    unsupported: {CONTRADICTED}",
+        "      why: the contexts do not say this",
+        f"    unsupported: {NOT_FOUND}",
+        "      why: the contexts do not say this",
+    ]
+    out = io.StringIO()
+    fill(tmp_path / "statements.sqlite")  # details listing statements only: no verdicts to show
+    assert (
+        results_cmd.run(
+            parse(["--metric", "faithfulness", "--json", "--store", str(tmp_path / "statements.sqlite")]), out
+        )
+        == 0
+    )
+    assert all(json.loads(line)["claim_problems"] is None for line in out.getvalue().splitlines())

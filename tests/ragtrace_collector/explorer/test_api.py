@@ -113,6 +113,9 @@ def test_a_record_with_an_unsupported_claim(fed: Fed):
     bad = [c for c in r["claims"] if not c["supported"]]
     assert bad and any("Niels Bohr" in c["statement"] for c in bad)
     assert all(c["verdict"] in ("no", "idk") and c["reason"] and c["evidence"] for c in bad)
+    # the invented claim's verdict in words: not found where the judge says so, else unsupported (not contradicted)
+    assert all(c["kind"] in ("not_found", "unsupported") for c in bad if "Niels Bohr" in c["statement"])
+    assert all(c["kind"] == "supported" for c in r["claims"] if c["verdict"] == "yes")
     assert any(c["supported"] and c["contexts"] for c in r["claims"])  # its evidence found in a context
     ranks = [c["rank"] for c in r["contexts"]]
     assert ranks == list(range(1, len(ranks) + 1)) and len(ranks) == 3

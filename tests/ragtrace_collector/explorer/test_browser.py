@@ -52,7 +52,7 @@ def screenshot(browser: Any, name: str) -> Path:
     return path
 
 
-GREEN, RED = "230, 244, 234", "252, 232, 230"  # the good and bad backgrounds of the stylesheet
+GREEN, RED, AMBER = "230, 244, 234", "252, 232, 230", "254, 243, 214"  # good, bad, not-found backgrounds
 
 
 def background(element: Any) -> str:
@@ -162,18 +162,23 @@ def test_a_record_marks_its_unsupported_claim(signed_in: Any, fed: Fed):
     follow(b, rows(b)[0].find_element(By.CSS_SELECTOR, "td.question a"))  # the worst record, by its link
     assert b.find_element(By.ID, "trace-id").text in (fed.traces["shop-2"], fed.traces["shop-4"])
 
-    marked = b.find_elements(By.CSS_SELECTOR, "#answer a.claim.verdict-no")
+    marked = b.find_elements(By.CSS_SELECTOR, "#answer a.claim:not(.kind-supported)")
     assert marked, b.find_element(By.ID, "answer").get_attribute("outerHTML")
     invented = next(m for m in marked if "Niels Bohr" in m.text)
-    assert background(invented) == RED
+    # the invented claim is not in the contexts: "not found" where the judge says so, else "unsupported"
+    kind = invented.get_attribute("data-kind")
+    assert kind in ("not_found", "unsupported"), kind
+    assert background(invented) == (AMBER if kind == "not_found" else RED)
     assert invented.find_element(By.TAG_NAME, "sup").text  # its footnote number
     invented.click()  # to its entry in the claims list: verdict, evidence, reason
     entry = b.find_element(By.CSS_SELECTOR, invented.get_attribute("hash"))
-    assert entry.find_element(By.CLASS_NAME, "verdict-badge").text == "UNSUPPORTED"
+    assert entry.find_element(By.CLASS_NAME, "verdict-badge").text == kind.replace("_", " ").upper()
     assert "Niels Bohr" in entry.find_element(By.TAG_NAME, "q").text
     assert entry.find_element(By.CLASS_NAME, "evidence").text.startswith("evidence:")
     assert "not in the contexts" in entry.find_element(By.CLASS_NAME, "reason").text
-    supported = b.find_elements(By.CSS_SELECTOR, "#answer a.claim.verdict-yes")
+    legend = b.find_element(By.ID, "legend").text
+    assert legend.startswith("supported contradicted not found"), legend
+    supported = b.find_elements(By.CSS_SELECTOR, "#answer a.claim.kind-supported")
     assert supported and background(supported[0]) == GREEN
 
     contexts = b.find_elements(By.CSS_SELECTOR, "#contexts li.context")

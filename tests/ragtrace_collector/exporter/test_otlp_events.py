@@ -13,9 +13,18 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from ragtrace_collector.exporter.otlp_events import EvaluationEvents, explanation, logs_endpoint, make_exporter
+from ragtrace_collector.exporter.otlp_events import (
+    MAX_EXPLANATION_CHARS,
+    EvaluationEvents,
+    explanation,
+    logs_endpoint,
+    make_exporter,
+    result_attributes,
+)
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.options import ScoringOptions
+from tests.support.claim_verdicts import CONTRADICTED, NOT_FOUND, scored
 from tests.support.otlp_sink import OtlpSink
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -149,3 +158,67 @@ def test_exporter_choice_and_explanations():
     with pytest.raises(ValueError):
         make_exporter("http://h:4318", protocol="thrift")
     assert explanation(MetricResult("x", "scored", 1.0, reason="fine")) == "fine"
+
+
+# The explanation of a record with a contradicted and a not-found claim (the local judge's three verdicts)
+THREE_VERDICTS = (
+    f"Contradicted: {CONTRADICTED} (contradicted by context #2: '…for two years…' (P=0.04)); "
+    f"Not found in the contexts: {NOT_FOUND}"
+)
+
+
+def test_explanation_says_which_claims_are_contradicted_and_which_not_found():
+    faithfulness, hallucination = scored()
+    assert explanation(faithfulness) == explanation(hallucination) == THREE_VERDICTS
+    assert result_attributes(faithfulness)["gen_ai.evaluation.explanation"] == THREE_VERDICTS
+    # listed in the other order, contradicted still first
+    claims = list(reversed(faithfulness.details["claims"]))
+    reordered = MetricResult("faithfulness", "scored", 0.3, details={**faithfulness.details, "claims": claims})
+    assert explanation(reordered) == THREE_VERDICTS
+    # idk counted as supported: only the contradicted claim is a problem
+    (counted,) = scored(["faithfulness"], options=ScoringOptions(idk_counts_as_supported=True))
+    assert explanation(counted) == THREE_VERDICTS.split("; Not found")[0]
+
+
+def test_an_llm_judges_no_is_unsupported_unless_its_reason_says_contradicted():
+    faithfulness, _ = scored(llm_style=True)
+    assert explanation(faithfulness) == (
+        f"Unsupported: {CONTRADICTED} (the contexts do not say this); "
+        f"Unsupported: {NOT_FOUND} (the contexts do not say this)"
+    )
+    said = {"statement": "Paris is in Spain", "verdict": "no", "reason": "Contradicted: the context says France"}
+    idk = {"statement": "It rains there", "verdict": "idk"}
+    bare = {"statement": "Paris is big", "verdict": "no"}
+    result = MetricResult("faithfulness", "scored", 0.0, details={"claims": [idk, bare, said]})
+    assert explanation(result) == (
+        "Contradicted: Paris is in Spain (Contradicted: the context says France); Unsupported: Paris is big; "
+        "Not found in the contexts: It rains there"
+    )
+
+
+def test_explanation_falls_back_without_per_claim_verdicts_and_is_capped():
+    # statements only (older hallucination details, other metrics): as before
+    listed = MetricResult("hallucination", "scored", 1.0, details={"unsupported": ["a", "b"]})
+    assert explanation(listed) == "Unsupported claims: a; b"
+    legacy = MetricResult("faithfulness", "scored", 0.0, details={"unsupported_claims": ["x"]})
+    assert explanation(legacy) == "Unsupported claims: x"
+    # every claim supported: the reason
+    fine = MetricResult(
+        "faithfulness", "scored", 1.0, reason="ok", details={"claims": [{"statement": "a", "verdict": "yes"}]}
+    )
+    assert explanation(fine) == "ok"
+    # summarization against the user input: not found in the source; its idk claims count as aligned
+    summary = {
+        "source": "user_input",
+        "idk_counts_as_supported": True,
+        "claims": [{"statement": "s1", "verdict": "idk"}, {"statement": "s2", "verdict": "no"}],
+    }
+    assert explanation(MetricResult("summarization", "scored", 0.5, details=summary)) == "Unsupported: s2"
+    summary["idk_counts_as_supported"] = False
+    assert explanation(MetricResult("summarization", "scored", 0.5, details=summary)) == (
+        "Unsupported: s2; Not found in the source: s1"
+    )
+    many = [{"statement": f"claim {i} " + "x" * 50, "verdict": "idk"} for i in range(100)]
+    capped = explanation(MetricResult("faithfulness", "scored", 0.0, details={"claims": many}))
+    assert len(capped) == MAX_EXPLANATION_CHARS and capped.endswith("…")
+    assert capped.startswith("Not found in the contexts: claim 0 ")

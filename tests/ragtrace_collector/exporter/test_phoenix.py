@@ -22,6 +22,7 @@ from ragtrace_collector.exporter.phoenix import PhoenixAnnotations, annotation, 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.service.scoring import FanOut, result_sinks
+from tests.support.claim_verdicts import CONTRADICTED, NOT_FOUND, RECORD, scored
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT = "b7ad6b7169203331"
@@ -280,6 +281,16 @@ def test_annotator_kind_and_body():
     assert body["result"] == {"score": 0.0, "explanation": "no harmful content"}
     on_trace = trace_annotation(RagRecord(), toxicity, "j", TRACE)
     assert on_trace == {"trace_id": TRACE, **{k: v for k, v in body.items() if k != "span_id"}}
+
+
+def test_the_annotation_explains_which_claims_are_contradicted_and_which_not_found():
+    faithfulness_result, hallucination = scored()
+    for result in (faithfulness_result, hallucination):
+        body = annotation(RECORD, result, "local", ROOT)
+        assert body["result"]["explanation"] == (
+            f"Contradicted: {CONTRADICTED} (contradicted by context #2: '…for two years…' (P=0.04)); "
+            f"Not found in the contexts: {NOT_FOUND}"
+        )
 
 
 def test_the_configured_sinks(tmp_path):

@@ -296,7 +296,7 @@ async def scores_in_phoenix(phoenix: PhoenixServer, tmp_path: Path, judge: str, 
     if judge == "llm":  # the scripted judge finds the answer about Spain unsupported, and says which claim
         spain = next(tid for tid, root in roots.items() if by_span[(root, "faithfulness")]["result"]["score"] == 0)
         explained = by_span[(roots[spain], "faithfulness")]["result"]["explanation"]
-        assert explained == "Unsupported claims: Paris is in Spain"
+        assert explained == "Unsupported: Paris is in Spain (r)"  # an LLM judge's "no": contradicted or not found
         assert sorted(s["faithfulness"] for s in scores.values()) == [0.0, 1.0, 1.0]
 
     # traces filter by the score (what Phoenix users do with annotations)

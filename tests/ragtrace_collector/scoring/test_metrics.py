@@ -19,6 +19,7 @@ from ragtrace_collector.scoring.judge import (
 )
 from ragtrace_collector.scoring.metrics import METRICS
 from ragtrace_collector.scoring.options import ScoringOptions
+from tests.support.claim_verdicts import CONTRADICTED, NOT_FOUND, RECORD, SUPPORTED, ThreeVerdictJudge
 
 PINNED = [
     "faithfulness",
@@ -163,6 +164,63 @@ async def test_idk_counts_as_supported_only_when_set():
     )
     assert (f.score, h.score) == (1.0, 0.0)
     assert h.details["unsupported"] == []
+
+
+async def test_details_count_contradicted_and_not_found_claims_apart():
+    f, h = await evaluate_record(RECORD, ["faithfulness", "hallucination"], ThreeVerdictJudge())
+    assert (f.score, h.score) == (pytest.approx(1 / 3), pytest.approx(2 / 3))  # the arithmetic as before
+    assert [c["verdict"] for c in f.details["claims"]] == ["yes", "no", "idk"]
+    assert {k: f.details[k] for k in ("supported", "contradicted", "not_found", "total")} == {
+        "supported": 1,
+        "contradicted": 1,
+        "not_found": 1,
+        "total": 3,
+    }
+    assert h.details["unsupported"] == [CONTRADICTED, NOT_FOUND]  # every claim not supported, as before
+    assert (h.details["contradicted"], h.details["not_found"]) == (1, 1)
+    assert h.details["contradicted_claims"] == [CONTRADICTED] and h.details["not_found_claims"] == [NOT_FOUND]
+    assert SUPPORTED not in h.details["unsupported"]
+
+    # idk counted as supported: the not-found claim is no longer a problem, in the score nor the details
+    f, h = await evaluate_record(
+        RECORD, ["faithfulness", "hallucination"], ThreeVerdictJudge(), ScoringOptions(idk_counts_as_supported=True)
+    )
+    assert (f.score, h.score) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    assert (f.details["supported"], f.details["contradicted"], f.details["not_found"]) == (2, 1, 0)
+    assert h.details["unsupported"] == h.details["contradicted_claims"] == [CONTRADICTED]
+    assert h.details["not_found_claims"] == []
+
+
+async def test_a_no_that_does_not_say_contradicted_is_neither():
+    """An LLM judge's ``no`` covers a claim the contexts contradict and one they do not contain: unless its
+    reason says "contradicted", it is unsupported, counted in neither ``contradicted`` nor ``not_found``."""
+    f, h = await evaluate_record(RECORD, ["faithfulness", "hallucination"], ThreeVerdictJudge(llm_style=True))
+    assert (f.score, h.score) == (pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert (f.details["contradicted"], f.details["not_found"]) == (0, 0)
+    assert h.details["unsupported"] == [CONTRADICTED, NOT_FOUND]
+    assert h.details["contradicted_claims"] == h.details["not_found_claims"] == []
+
+
+async def test_summarization_details_say_its_idk_claims_count_as_aligned():
+    """Summarization's alignment counts ``idk`` as aligned, and its details say so, so the readers of verdicts
+    (explanations, the results CLI) list only its ``no`` claims as problems."""
+    from ragtrace_collector.config import SummarizationConfig
+    from ragtrace_collector.exporter.otlp_events import explanation
+
+    class Summarizer(ThreeVerdictJudge):
+        async def assessment_questions(self, text, n):
+            return ["Is there a shut-off?"]
+
+        async def answer_questions(self, questions, text):
+            return [ClaimVerdict(q, "yes") for q in questions]
+
+    options = ScoringOptions(summarization=SummarizationConfig(source="retrieved_contexts"))
+    [r] = await evaluate_record(RECORD, ["summarization"], Summarizer(), options)
+    assert r.status == "scored" and r.details["alignment"] == pytest.approx(2 / 3)  # idk aligned, as before
+    assert r.details["idk_counts_as_supported"] is True
+    assert explanation(r).startswith(
+        f"Contradicted: {CONTRADICTED} (contradicted by context #2"
+    ) and NOT_FOUND not in explanation(r)
 
 
 async def test_no_claims_is_skipped_not_perfect():

@@ -80,6 +80,9 @@ class Summarization(Metric):
                 "coverage": coverage,
                 "source": cfg.source,
                 "claims": [verdict_detail(v) for v in verdicts],
+                # alignment counts ``idk`` as aligned: readers of these details (explanations, the results CLI) then
+                # list only the ``no`` claims as the summary's problems
+                "idk_counts_as_supported": True,
                 "questions": [
                     {"question": q, "source": src[i].verdict, "summary": summ[i].verdict}
                     for i, q in enumerate(questions)

@@ -64,9 +64,10 @@ class FakeEncoder:
 
 
 # configuration ------------------------------------------------------------------------------
-def test_local_judge_model_defaults_to_the_cascade_and_validates(tmp_path: Path) -> None:
-    assert load_config(environ={}).local_judge.model == "cascade"
-    assert LocalJudge().model_name == "cascade"  # the shipped cross-encoder, not the fallback
+def test_local_judge_model_defaults_to_the_reader_and_validates(tmp_path: Path) -> None:
+    assert load_config(environ={}).local_judge.model == "reader"
+    assert LocalJudge().model_name == "reader"  # the shipped claim reader, not the fallback
+    assert LocalJudge(model="cascade").model_name == "cascade"  # the shipped cross-encoder, not the fallback
     path = tmp_path / "c.yaml"
     path.write_text("local_judge: {model: features}\n")
     assert load_config(str(path), environ={}).local_judge.model == "features"
@@ -113,7 +114,7 @@ def test_local_judge_workers_come_from_argument_environment_then_the_models_defa
 
 
 def test_unknown_model_name_is_refused() -> None:
-    with pytest.raises(ValueError, match="features, cascade"):
+    with pytest.raises(ValueError, match="reader, cascade, features"):
         LocalJudge(model="bert")
 
 
@@ -167,8 +168,9 @@ async def test_uncertain_claims_go_to_the_cross_encoder_with_their_windows(tmp_p
         cross_encoder=encoder,
     )
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    # band [0, 1): every claim is uncertain, and the stacking (0, 1, 0) takes the cross-encoder's P
-    assert [v.verdict for v in verdicts] == ["no", "no"]
+    # band [0, 1): every claim is uncertain, and the stacking (0, 1, 0) takes the cross-encoder's P; the first
+    # claim's words are all in a context sentence that does not support it (contradicted), the second's are not
+    assert [v.verdict for v in verdicts] == ["no", "idk"]
     assert [v.confidence for v in verdicts] == [pytest.approx(0.01, abs=1e-6)] * 2
     assert [a for a, _ in encoder.pairs] == [first_segment(c, QUESTION) for c in CLAIMS]
     sentences = [s for ctx in CONTEXTS for s in ctx.split(". ")]

@@ -46,6 +46,20 @@ class PairScorer(Protocol):
     def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
 
 
+class EncoderFiles(Protocol):
+    """What :class:`CrossEncoder` needs of a model's parameters file: where its ONNX file is, the sha256 that
+    file must have (unless an environment variable names another file), and how long a pair may be."""
+
+    sha256: str
+    max_tokens: int
+
+    def model_path(self) -> Path: ...
+
+    def overridden(self) -> bool:
+        """True when the environment names another ONNX file (then its sha256 is not checked)."""
+        ...
+
+
 class CrossEncoderError(RuntimeError):
     """The cross-encoder's files are missing, altered or unloadable."""
 
@@ -145,6 +159,9 @@ class CascadeParams:
         """The ONNX file: ``RAGTRACE_CROSS_ENCODER_ONNX``, else ``model_file`` beside the parameters file."""
         return Path(os.environ.get("RAGTRACE_CROSS_ENCODER_ONNX") or self.directory / self.model_file)
 
+    def overridden(self) -> bool:
+        return bool(os.environ.get("RAGTRACE_CROSS_ENCODER_ONNX"))
+
     def uncertain(self, p_features: np.ndarray) -> np.ndarray:
         return (p_features >= self.low) & (p_features < self.high)
 
@@ -155,15 +172,16 @@ class CascadeParams:
 
 
 class CrossEncoder:
-    """P(supported) of (claim, evidence) pairs from the int8 ONNX cross-encoder (onnxruntime, no torch).
+    """P(supported) of (claim, evidence) pairs from an int8 ONNX cross-encoder (onnxruntime, no torch): the
+    cascade's, or the claim reader's (:mod:`reader`); each parameters file says where its model is.
 
-    ``RAGTRACE_CROSS_ENCODER_ONNX`` names another ONNX file (then no sha256 check);
-    ``RAGTRACE_EMBEDDING_THREADS`` its onnxruntime intra-op threads (default 2), as for the embedder.
+    ``RAGTRACE_CROSS_ENCODER_ONNX`` (``RAGTRACE_READER_ONNX`` for the reader) names another ONNX file (then no
+    sha256 check); ``RAGTRACE_EMBEDDING_THREADS`` its onnxruntime intra-op threads (default 2), as for the embedder.
     """
 
     def __init__(
         self,
-        params: CascadeParams,
+        params: EncoderFiles,
         model_path: str | os.PathLike[str] | None = None,
         tokenizer_path: str | os.PathLike[str] | None = None,
         *,
@@ -173,12 +191,11 @@ class CrossEncoder:
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - both are collector dependencies
             raise CrossEncoderError(f"onnxruntime and tokenizers are required: {exc}") from exc
-        env_model = os.environ.get("RAGTRACE_CROSS_ENCODER_ONNX")
         model = Path(model_path or params.model_path())
         tokenizer = Path(tokenizer_path or DEFAULT_TOKENIZER)
         if not model.is_file():
             raise CrossEncoderError(f"cross-encoder model file not found: {model}")
-        if model_path is None and env_model is None and sha256_of(model) != params.sha256:
+        if model_path is None and not params.overridden() and sha256_of(model) != params.sha256:
             raise CrossEncoderError(f"cross-encoder model {model} does not match the sha256 in its parameters")
         try:
             self._session = cpu_session(model, threads)

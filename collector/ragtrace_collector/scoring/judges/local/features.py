@@ -15,7 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -75,12 +75,16 @@ class ContextIndex:
     months: set[str]
     lower: str
     embeddings: np.ndarray | None = None  # (len(sentences), dim) when an embedder is in use
+    sentence_context: list[int] = field(default_factory=list)  # which context each sentence is in (0-based)
 
     @classmethod
     def build(cls, contexts: Sequence[str]) -> ContextIndex:
         sents: list[str] = []
-        for ctx in contexts:
-            sents.extend(s.text for s in T.sentences(ctx))
+        where: list[int] = []
+        for k, ctx in enumerate(contexts):
+            found = [s.text for s in T.sentences(ctx)]
+            sents.extend(found)
+            where.extend([k] * len(found))
         sentence_tokens = [set(T.content_words(s)) for s in sents]
         all_tokens: set[str] = set().union(*sentence_tokens) if sentence_tokens else set()
         bigrams: set[tuple[str, str]] = set()
@@ -95,6 +99,7 @@ class ContextIndex:
             numbers=T.numbers(joined),
             months=T.months(joined),
             lower=joined.lower(),
+            sentence_context=where,
         )
 
 

@@ -58,24 +58,36 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, DEFAULT_LOCAL_JUDGE_WORKERS, LOCAL_JUDGE_MODELS
-from ragtrace_collector.scoring.judge import ClaimVerdict, ContextSentences, Judge, JudgeUnsupported, record_usage
+from ragtrace_collector.scoring.judge import (
+    ClaimVerdict,
+    ContextSentences,
+    Judge,
+    JudgeUnsupported,
+    NliLabel,
+    NliVerdict,
+    Verdict,
+    record_usage,
+)
 
 from . import text as T
+from .conflicts import STATES_OTHERWISE, Conflict, claim_conflict, quote
 from .cross_encoder import (
     CascadeParams,
     CascadeStats,
     CrossEncoder,
     CrossEncoderError,
+    EncoderFiles,
     PairScorer,
     claim_pair,
 )
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
+from .reader import ReaderParams
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -142,6 +154,8 @@ class LocalJudge(Judge):
         cascade_params_path: str | None = None,
         cross_encoder: PairScorer | None = None,
         workers: int | None = None,
+        reader_params_path: str | None = None,
+        reader: PairScorer | None = None,
     ) -> None:
         self.use_embeddings = (
             embeddings if embeddings is not None else _env_flag("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", False)
@@ -161,30 +175,36 @@ class LocalJudge(Judge):
             raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
         self.fallback_reason: str | None = None
-        self.cascade: _Cascade | None = None
-        if name == "cascade":
-            try:
-                params = CascadeParams.load(cascade_params_path)
-                if cross_encoder is None and not params.model_path().is_file():
-                    raise CrossEncoderError(f"cross-encoder model file not found: {params.model_path()}")
-                self.cascade = _Cascade(params, cross_encoder)
-            except CrossEncoderError as exc:
-                self._fall_back(str(exc))
+        self.cascade: _Stage[CascadeParams] | None = None
+        self.reader: _Stage[ReaderParams] | None = None
+        try:
+            if name == "cascade":
+                cascade = CascadeParams.load(cascade_params_path)
+                _require_file(cascade, cross_encoder, "cross-encoder")
+                self.cascade = _Stage(cascade, cross_encoder)
+            elif name == "reader":
+                read = ReaderParams.load(reader_params_path)
+                _require_file(read, reader, "claim reader")
+                self.reader = _Stage(read, reader)
+        except CrossEncoderError as exc:
+            self._fall_back(str(exc))
 
     def _fall_back(self, reason: str) -> None:
-        """The cross-encoder cannot be used: the feature model decides alone from now on."""
-        log.warning("local judge: cascade unavailable, using the feature model alone: %s", reason)
+        """The model file cannot be used: the feature model decides alone from now on."""
+        log.warning("local judge: %s unavailable, using the feature model alone: %s", self.model_name, reason)
         self.fallback_reason = reason
         self.cascade = None
+        self.reader = None
         self.model_name = "features"
 
     def warm_up(self) -> None:
-        """Load every model this judge will use now (the embedder, the cross-encoder), not on first use."""
-        if self.cascade is not None:
-            try:
-                self.cascade.encoder()
-            except CrossEncoderError as exc:
-                self._fall_back(str(exc))
+        """Load every model this judge will use now (the embedder, the reader or cross-encoder), not on first use."""
+        for stage in (self.cascade, self.reader):
+            if stage is not None:
+                try:
+                    stage.encoder()
+                except CrossEncoderError as exc:
+                    self._fall_back(str(exc))
         if self.use_embeddings:
             self.embedder.embed(["warm up"])
 
@@ -269,19 +289,58 @@ class LocalJudge(Judge):
             cascade.stats.add(sent=len(unsure))
         return [(float(p), row) for p, (_, row) in zip(probs, scored)], cascade.params.threshold
 
+    def _reader_support(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str
+    ) -> tuple[list[tuple[float, ClaimSupport]], float, list[Conflict | None] | None]:
+        """P(supported) per claim with every claim read: the feature model's and the reader's, stacked, lowered
+        where a context sentence states otherwise; and those conflicts (reused for the verdicts' reasons)."""
+        scored = self.support(claims, contexts, question)
+        stage = self.reader
+        if stage is None or not scored:
+            return scored, self.model.threshold, None
+        try:
+            encoder = stage.encoder()
+        except CrossEncoderError as exc:
+            self._fall_back(str(exc))
+            return scored, self.model.threshold, None
+        index = self._index(contexts)
+        windows = stage.params.windows
+        pairs = [claim_pair(c, question, index, row.best_sentence, windows) for c, (_, row) in zip(claims, scored)]
+        conflicts = [claim_conflict(c, row.best_sentence, index) for c, (_, row) in zip(claims, scored)]
+        flags = np.asarray([c is not None and c.kind in STATES_OTHERWISE for c in conflicts], dtype=np.float64)
+        probs = stage.params.combine(np.asarray([p for p, _ in scored]), encoder.predict(pairs), flags)
+        stage.stats.add(claims=len(probs), sent=len(probs))
+        return [(float(p), row) for p, (_, row) in zip(probs, scored)], stage.params.threshold, conflicts
+
+    def _claim_support(
+        self, claims: Sequence[str], contexts: Sequence[str], question: str
+    ) -> tuple[list[tuple[float, ClaimSupport]], float, list[Conflict | None] | None]:
+        if self.reader is not None:
+            return self._reader_support(claims, contexts, question)
+        return (*self._cascade_support(claims, contexts, question), None)
+
     def _verdicts(self, claims: Sequence[str], contexts: Sequence[str], question: str) -> list[ClaimVerdict]:
+        """Supported (``yes``) when P(supported) reaches the threshold; otherwise contradicted (``no``) when a
+        context sentence about the same thing states otherwise (:mod:`conflicts`), else not found (``idk``)."""
         verdicts = []
-        scored, threshold = self._cascade_support(claims, contexts, question)
-        for claim, (p, row) in zip(claims, scored):
-            yes = p >= threshold
+        scored, threshold, conflicts = self._claim_support(claims, contexts, question)
+        index = self._index(contexts) if scored else None
+        for i, (claim, (p, row)) in enumerate(zip(claims, scored)):
+            assert index is not None
+            verdict: Verdict
+            if p >= threshold:
+                verdict, reason = "yes", _supported_reason(p, row, index)
+                evidence = row.best_sentence
+            else:
+                conflict = conflicts[i] if conflicts is not None else claim_conflict(claim, row.best_sentence, index)
+                if conflict is not None:
+                    verdict, evidence = "no", conflict.sentence
+                    reason = f"contradicted by context #{conflict.context + 1}: '{conflict.quote}' (P={p:.2f})"
+                else:
+                    verdict, evidence = "idk", row.best_sentence
+                    reason = _not_found_reason(claim, p, contexts)
             verdicts.append(
-                ClaimVerdict(
-                    statement=claim,
-                    verdict="yes" if yes else "no",
-                    reason=_reason(claim, p, row, contexts, yes),
-                    evidence=row.best_sentence,
-                    confidence=round(p, 6),
-                )
+                ClaimVerdict(statement=claim, verdict=verdict, reason=reason, evidence=evidence, confidence=round(p, 6))
             )
         return verdicts
 
@@ -317,11 +376,22 @@ class LocalJudge(Judge):
             return [
                 self._verdicts(list(claims), [ctx], question)
                 if ctx.strip() and claims
-                else [ClaimVerdict(c, "no", "empty context", None, 0.0) for c in claims]
+                else [ClaimVerdict(c, "idk", "not found: empty context", None, 0.0) for c in claims]
                 for ctx in contexts
             ]
 
         return await self._run(each)
+
+    async def nli(self, premise: str, hypotheses: Sequence[str]) -> list[NliVerdict]:
+        """Entailment, contradiction or neutral per hypothesis: the claim verdicts against the premise (supported,
+        contradicted, not found), decided by the same models as faithfulness."""
+        if not hypotheses:
+            return []
+        if not premise.strip():
+            raise JudgeUnsupported("judge 'local' needs a non-empty premise for natural language inference")
+        labels: dict[str, NliLabel] = {"yes": "entailment", "no": "contradiction", "idk": "neutral"}
+        verdicts = await self._run(self._verdicts, list(hypotheses), [premise], "")
+        return [NliVerdict(v.statement, labels[v.verdict], v.reason or "") for v in verdicts]
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         texts = list(texts)
@@ -391,11 +461,14 @@ class LocalJudge(Judge):
         self._executor.shutdown(wait=False)
 
 
-class _Cascade:
-    """The cascade's parameters and its cross-encoder, loaded on first use (once per judge)."""
+P = TypeVar("P", CascadeParams, ReaderParams)
 
-    def __init__(self, params: CascadeParams, encoder: PairScorer | None = None) -> None:
-        self.params = params
+
+class _Stage(Generic[P]):
+    """A model stage's parameters and its ONNX model, loaded on first use (once per judge), with counts."""
+
+    def __init__(self, params: P, encoder: PairScorer | None = None) -> None:
+        self.params: P = params
         self._encoder = encoder
         self._lock = threading.Lock()
         self.stats = CascadeStats()
@@ -407,10 +480,21 @@ class _Cascade:
             return self._encoder
 
 
-def _reason(claim: str, p: float, row: ClaimSupport, contexts: Sequence[str], supported: bool) -> str:
-    """Say what decided the verdict: the missing numbers, names or words, or the best match."""
-    if supported:
-        return f"supported (P={p:.2f}); best matching context sentence quoted as evidence"
+def _require_file(params: EncoderFiles, given: PairScorer | None, what: str) -> None:
+    if given is None and not params.model_path().is_file():
+        raise CrossEncoderError(f"{what} model file not found: {params.model_path()}")
+
+
+def _supported_reason(p: float, row: ClaimSupport, index: ContextIndex) -> str:
+    if row.best_sentence is None or row.best_sentence not in index.sentences:
+        return f"supported (P={p:.2f})"
+    j = index.sentences.index(row.best_sentence)
+    k = index.sentence_context[j] if j < len(index.sentence_context) else 0
+    return f"supported by context #{k + 1}: '{quote(row.best_sentence, [])}' (P={p:.2f})"
+
+
+def _not_found_reason(claim: str, p: float, contexts: Sequence[str]) -> str:
+    """Say what the contexts lack: the claim's numbers, names or words that none of them has."""
     joined = "\n".join(contexts).lower()
     missing_numbers = sorted(n for n in T.numbers(claim) if n not in T.numbers(joined))
     missing_names = [
@@ -429,4 +513,4 @@ def _reason(claim: str, p: float, row: ClaimSupport, contexts: Sequence[str], su
         parts.append("words not in the contexts: " + ", ".join(missing_words[:8]))
     if not parts:
         parts.append("the contexts do not state it closely enough")
-    return f"unsupported (P={p:.2f}): " + "; ".join(parts)
+    return f"not found in the contexts (P={p:.2f}): " + "; ".join(parts)

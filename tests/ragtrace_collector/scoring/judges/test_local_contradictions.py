@@ -1,0 +1,126 @@
+"""The embedded judge reads "not": the hand-written contradiction suite and the three verdicts (issue 31).
+
+``tests/support/contradiction_suite.jsonl`` holds faithful answers and their minimally edited contradicting
+twins (negation, antonyms, numbers, dates, swapped roles, units, comparatives, quantifiers, stale values,
+entities, exclusivity), never used to train or tune the judge. The default local judge (every claim read by
+the claim reader) must tell them apart as the faithfulness metric scores them (faithfulness < 1 ⇒ unfaithful),
+say *contradicted* rather than *not found* where the context states otherwise, and quote the context that does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL
+from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.engine import evaluate_record
+from ragtrace_collector.scoring.judges.local import LocalJudge
+
+SUITE = Path(__file__).parents[4] / "support" / "contradiction_suite.jsonl"
+ITEMS = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
+
+KETTLE = (
+    "The Brevia K2 electric kettle holds 1.7 litres of water. It has an automatic shut-off that turns it off "
+    "when the water boils. The motor is covered by a warranty for two years."
+)
+
+
+@pytest.fixture(scope="module")
+def judge() -> LocalJudge:
+    judge = LocalJudge()
+    assert judge.model_name == DEFAULT_LOCAL_JUDGE_MODEL == "reader", judge.fallback_reason
+    return judge
+
+
+def _verdicts(judge: LocalJudge, question: str, context: str, response: str) -> list:
+    async def run() -> list:
+        claims = await judge.extract_claims(question, response)
+        return await judge.verify_claims(claims, [context], question)
+
+    return asyncio.run(run())
+
+
+def test_the_suite_is_balanced_and_every_category_has_twins() -> None:
+    by_id = {item["id"]: item for item in ITEMS}
+    assert len(ITEMS) >= 200 or len(ITEMS) >= 2 * 70
+    for item in ITEMS:
+        twin = by_id[item["twin"]]
+        assert twin["twin"] == item["id"] and twin["faithful"] != item["faithful"]
+        assert twin["context"] == item["context"] and item["evidence"] in item["context"]
+    categories = {item["category"] for item in ITEMS}
+    assert len(categories) >= 10
+
+
+def test_the_default_judge_tells_contradictions_from_their_faithful_twins(judge: LocalJudge) -> None:
+    flagged = {}
+    for item in ITEMS:
+        verdicts = _verdicts(judge, item["question"], item["context"], item["response"])
+        flagged[item["id"]] = any(v.verdict != "yes" for v in verdicts)
+    unfaithful = [i for i in ITEMS if not i["faithful"]]
+    faithful = [i for i in ITEMS if i["faithful"]]
+    recall = sum(flagged[i["id"]] for i in unfaithful) / len(unfaithful)
+    specificity = sum(not flagged[i["id"]] for i in faithful) / len(faithful)
+    balanced = 100 * (recall + specificity) / 2
+    wrong = sorted(i["id"] for i in ITEMS if flagged[i["id"]] == i["faithful"])
+    assert balanced >= 95.0, (balanced, wrong)
+    for category in {i["category"] for i in ITEMS}:
+        items = [i for i in ITEMS if i["category"] == category]
+        right = sum(flagged[i["id"]] != i["faithful"] for i in items)
+        assert right / len(items) >= 0.75, (category, [i["id"] for i in items if flagged[i["id"]] == i["faithful"]])
+
+
+@pytest.mark.parametrize(
+    ("answer", "quoted"),
+    [
+        ("The Brevia K2 does not have an automatic shut-off.", "automatic shut-off"),
+        ("The motor has a five-year warranty.", "two years"),
+        ("The kettle holds 2.5 litres of water.", "1.7 litres"),
+    ],
+)
+def test_a_contradiction_is_called_contradicted_and_quotes_the_context(
+    judge: LocalJudge, answer: str, quoted: str
+) -> None:
+    (verdict,) = _verdicts(judge, "Tell me about the Brevia K2 kettle.", KETTLE, answer)
+    assert verdict.verdict == "no", verdict
+    assert verdict.reason.startswith("contradicted by context #1: '") and quoted in verdict.reason, verdict.reason
+
+
+def test_a_lifetime_warranty_against_two_years_is_not_supported(judge: LocalJudge) -> None:
+    (verdict,) = _verdicts(judge, "How long is the warranty?", KETTLE, "The motor has a lifetime warranty.")
+    assert verdict.verdict != "yes", verdict
+
+
+def test_a_claim_the_context_does_not_mention_is_not_found(judge: LocalJudge) -> None:
+    (verdict,) = _verdicts(judge, "Tell me about the kettle.", KETTLE, "The kettle is sold in Japan by Tanaka Retail.")
+    assert verdict.verdict == "idk", verdict
+    assert verdict.reason.startswith("not found in the contexts"), verdict.reason
+
+
+def test_the_faithful_statements_are_supported_with_their_context(judge: LocalJudge) -> None:
+    verdicts = _verdicts(
+        judge,
+        "Tell me about the Brevia K2 kettle.",
+        KETTLE,
+        "The Brevia K2 has an automatic shut-off. Its motor is covered by a two-year warranty.",
+    )
+    assert [v.verdict for v in verdicts] == ["yes", "yes"], verdicts
+    assert all(v.reason.startswith("supported by context #1: '") for v in verdicts)
+
+
+def test_the_local_judge_decides_nli_offline(judge: LocalJudge) -> None:
+    record = RagRecord(
+        id="t",
+        user_input="Tell me about the Brevia K2 kettle.",
+        retrieved_contexts=[KETTLE],
+        response="The Brevia K2 has an automatic shut-off. The motor has a five-year warranty. "
+        "It is sold in Japan by Tanaka Retail.",
+    )
+    (result,) = asyncio.run(evaluate_record(record, ["nli"], judge))
+    assert result.status == "scored", result
+    labels = [c["label"] for c in result.details["claims"]]
+    assert labels == ["entailment", "contradiction", "neutral"], result.details
+    assert result.label == "contradiction" and result.score == pytest.approx(1 / 3)

@@ -1,0 +1,153 @@
+"""The local judge's claim reader: every claim is read, the stacking, the fallback, and the conflict typing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragtrace_collector.scoring.judges.local import LocalJudge
+from ragtrace_collector.scoring.judges.local.conflicts import STATES_OTHERWISE, claim_conflict, quote
+from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoderError, first_segment
+from ragtrace_collector.scoring.judges.local.features import ContextIndex
+from ragtrace_collector.scoring.judges.local.reader import READER_PARAMS_PATH, ReaderParams
+
+CONTEXTS = [
+    "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. "
+    "It was designed by the engineering company of Gustave Eiffel. The tower is 330 metres tall.",
+    "Each year about 7 million people visit the Eiffel Tower, making it one of the most visited monuments.",
+]
+QUESTION = "When was the Eiffel Tower completed and who designed it?"
+CLAIMS = [
+    "The Eiffel Tower was completed in March 1889.",  # every word in the contexts: the feature model is sure
+    "It is painted every seven years with sixty tonnes of paint.",  # not in the contexts
+]
+
+
+def reader_file(tmp_path: Path, model_file: str = "model.onnx", **changes: object) -> Path:
+    data = {
+        "model_file": model_file,
+        "sha256": "0" * 64,
+        "max_tokens": 64,
+        "windows": 1,
+        "stack": [0.0, 1.0, 0.0],
+        "conflict": 0.0,
+        "threshold": 0.5,
+    } | changes
+    path = tmp_path / "reader.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+class FakeReader:
+    """Stands in for the ONNX reader: records the pairs it reads, answers a fixed P."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+        self.pairs: list[tuple[str, str]] = []
+
+    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        self.pairs.extend(pairs)
+        return np.full(len(pairs), self.p)
+
+
+async def test_every_claim_is_read_even_one_the_feature_model_is_sure_of(tmp_path: Path) -> None:
+    plain = await LocalJudge(model="features").verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert plain[0].verdict == "yes" and plain[0].confidence > 0.9  # word overlap alone would pass it
+    reader = FakeReader(0.02)
+    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=reader)
+    verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert [a for a, _ in reader.pairs] == [first_segment(c, QUESTION) for c in CLAIMS]
+    assert "March 1889" in reader.pairs[0][1]
+    assert [v.verdict for v in verdicts] == ["no", "idk"]  # the reader's "no" decides, not the overlap
+    assert judge.reader is not None and judge.reader.stats.claims == judge.reader.stats.sent == 2
+
+
+async def test_the_stacking_combines_both_models(tmp_path: Path) -> None:
+    params = reader_file(tmp_path, stack=[1.0, 1.0, 0.0], threshold=0.5)
+    judge = LocalJudge(model="reader", reader_params_path=str(params), reader=FakeReader(0.5))
+    plain = await LocalJudge(model="features").verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    # logit(0.5) = 0: the stacked P is the feature model's own
+    assert [v.confidence for v in verdicts] == pytest.approx([v.confidence for v in plain], abs=1e-6)
+
+
+def test_the_shipped_parameters_load_and_the_conflict_term_only_lowers(tmp_path: Path) -> None:
+    shipped = ReaderParams.load()
+    assert shipped.model_path() == READER_PARAMS_PATH.parent / shipped.model_file and shipped.conflict <= 0
+    p = shipped.combine(np.asarray([0.9, 0.9]), np.asarray([0.9, 0.9]), np.asarray([0.0, 1.0]))
+    assert p[1] <= p[0]
+    with pytest.raises(CrossEncoderError, match="out of range"):
+        ReaderParams.load(reader_file(tmp_path, conflict=1.5))
+    with pytest.raises(CrossEncoderError, match="cannot read"):
+        ReaderParams.load(tmp_path / "none.json")
+
+
+async def test_the_reader_falls_back_to_features_when_its_file_is_missing_or_altered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAGTRACE_READER_ONNX", raising=False)
+    missing = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path, model_file="missing.onnx")))
+    assert missing.model_name == "features" and missing.reader is None
+    assert missing.fallback_reason is not None and "missing.onnx" in missing.fallback_reason
+    assert "reader unavailable" in caplog.text
+    (tmp_path / "model.onnx").write_bytes(b"not a model")
+    altered = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)))
+    assert altered.reader is not None  # the file exists; it is checked when it loads
+    verdicts = await altered.verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert len(verdicts) == 2 and altered.reader is None and altered.model_name == "features"
+    assert altered.fallback_reason is not None and "sha256" in altered.fallback_reason
+
+
+# conflicts ----------------------------------------------------------------------------------
+CONTEXT = (
+    "The Brevia K2 kettle holds 1.7 litres. It has an automatic shut-off. The motor is covered for two years. "
+    "Prices rose in March. The kettle was designed by Anna Berg."
+)
+
+
+@pytest.mark.parametrize(
+    ("claim", "kind", "quoted"),
+    [
+        ("The Brevia K2 kettle does not have an automatic shut-off.", "negation", "automatic shut-off"),
+        ("The motor is covered for five years.", "number", "two years"),
+        ("The Brevia K2 kettle holds 1.7 millilitres.", "unit", "1.7 litres"),
+        ("Prices fell in March.", "antonym", "rose"),
+        ("Prices rose in October.", "date", "March"),
+        ("The kettle was designed by Tom Reilly.", "name", "Anna Berg"),
+    ],
+)
+def test_a_context_sentence_that_states_otherwise_is_found_and_quoted(claim: str, kind: str, quoted: str) -> None:
+    index = ContextIndex.build([CONTEXT])
+    conflict = claim_conflict(claim, None, index)
+    assert conflict is not None and conflict.kind == kind, conflict
+    assert quoted in conflict.quote and conflict.context == 0
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "The Brevia K2 kettle has an automatic shut-off.",
+        "The motor is covered for two years.",
+        "The kettle is sold in Japan by Tanaka Retail.",  # not about anything the context says: not found
+    ],
+)
+def test_no_conflict_where_the_context_agrees_or_is_silent(claim: str) -> None:
+    conflict = claim_conflict(claim, None, ContextIndex.build([CONTEXT]))
+    # "restated": every word of the claim in one sentence; it explains a claim the models found unsupported
+    assert conflict is None or (conflict.kind == "restated" and conflict.kind not in STATES_OTHERWISE), conflict
+
+
+def test_the_conflict_names_the_context_it_is_in() -> None:
+    index = ContextIndex.build(["The sky is blue.", CONTEXT])
+    conflict = claim_conflict("The motor is covered for five years.", None, index)
+    assert conflict is not None and conflict.context == 1
+
+
+def test_a_quote_is_cut_around_the_word_with_ellipses() -> None:
+    sentence = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+    assert quote(sentence, ["eight"], width=2) == "...six seven eight nine ten..."
+    assert quote("short one", ["absent"]) == "short one"
