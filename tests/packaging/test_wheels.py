@@ -138,10 +138,10 @@ def test_collector_wheel_ships_the_corpus_and_the_rules(wheels):
     ), sorted(explorer)
 
 
-def test_the_installed_wheel_runs_the_reader_judge_not_its_fallback(wheels, venv, tmp_path):
-    """The claim reader and the cross-encoder are package data: a wheel without them, or with a file its sha256
+def test_the_installed_wheel_runs_the_cascade_and_reader_judges_not_their_fallback(wheels, venv, tmp_path):
+    """The cross-encoder and the claim reader are package data: a wheel without them, or with a file its sha256
     does not match, would quietly fall back to the feature model. From an empty directory, the installed judge
-    must load the reader and read every claim with it."""
+    must load both: the default cascade, and the reader reading every claim the cascade finds supported."""
     with zipfile.ZipFile(wheels["collector"]) as zf:
         local = "ragtrace_collector/scoring/judges/local/"
         for name in ("reader.json", "cross_encoder.json"):
@@ -153,18 +153,20 @@ def test_the_installed_wheel_runs_the_reader_judge_not_its_fallback(wheels, venv
     probe = (
         "import asyncio, json\n"
         "from ragtrace_collector.scoring.judges.local import LocalJudge\n"
-        "judge = LocalJudge()\n"
+        "judge = LocalJudge(model='reader')\n"
         "judge.warm_up()\n"
         "ctx = ['The Eiffel Tower was completed in March 1889 and designed by the company of Gustave Eiffel.']\n"
         "claims = ['The tower was finished in 1889, to a design by Eiffel.', 'It was not completed in 1889.']\n"
         "verdicts = asyncio.run(judge.verify_claims(claims, ctx, 'When was the Eiffel Tower completed?'))\n"
-        "print(json.dumps({'model': judge.model_name, 'fallback': judge.fallback_reason,\n"
+        "print(json.dumps({'default': LocalJudge().model_name, 'model': judge.model_name,\n"
+        "  'fallback': judge.fallback_reason, 'cascade': str(judge.cascade.encoder().model_path),\n"
         "  'file': str(judge.reader.encoder().model_path), 'stats': judge.reader.stats.as_dict(),\n"
         "  'verdicts': [v.verdict for v in verdicts]}))\n"
     )
     out = json.loads(run([venv / "bin" / "python", "-c", probe], timeout=120, cwd=cwd, env=user_env()).splitlines()[-1])
-    assert out["model"] == "reader" and out["fallback"] is None, out
-    assert Path(out["file"]).resolve().is_relative_to(venv.resolve()), out
+    assert out["default"] == "cascade" and out["model"] == "reader" and out["fallback"] is None, out
+    for file in (out["file"], out["cascade"]):
+        assert Path(file).resolve().is_relative_to(venv.resolve()), out
     assert out["stats"]["claims"] == 2 and out["verdicts"] == ["yes", "no"], out
 
 

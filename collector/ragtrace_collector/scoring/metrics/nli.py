@@ -13,8 +13,9 @@ class Nli(Metric):
     reference (``reference``); the claims are the shared extraction (faithfulness's). ``details`` has each
     claim's label and the rates of the three labels (``contradiction_rate`` = |contradicted| / |C|); ``label``
     is ``contradiction`` when any claim is contradicted, else ``entailment`` when all are entailed, else
-    ``neutral``. Range 0–1, higher is better. Needs a judge that makes three-way NLI decisions (the LLM
-    judge; the local judge's claim-support model is two-way, so it is skipped there).
+    ``neutral``. Range 0–1, higher is better. Needs a judge that makes three-way NLI decisions: the LLM judge,
+    or the local judge, whose claim verdicts against the premise are the three labels (supported → entailment,
+    contradicted → contradiction, not found → neutral).
     """
 
     name = "nli"

@@ -64,10 +64,10 @@ class FakeEncoder:
 
 
 # configuration ------------------------------------------------------------------------------
-def test_local_judge_model_defaults_to_the_reader_and_validates(tmp_path: Path) -> None:
-    assert load_config(environ={}).local_judge.model == "reader"
-    assert LocalJudge().model_name == "reader"  # the shipped claim reader, not the fallback
-    assert LocalJudge(model="cascade").model_name == "cascade"  # the shipped cross-encoder, not the fallback
+def test_local_judge_model_defaults_to_the_cascade_and_validates(tmp_path: Path) -> None:
+    assert load_config(environ={}).local_judge.model == "cascade"
+    assert LocalJudge().model_name == "cascade"  # the shipped cross-encoder, not the fallback
+    assert LocalJudge(model="reader").model_name == "reader"  # the shipped claim reader, not the fallback
     path = tmp_path / "c.yaml"
     path.write_text("local_judge: {model: features}\n")
     assert load_config(str(path), environ={}).local_judge.model == "features"
@@ -90,7 +90,8 @@ def test_local_judge_workers_come_from_argument_environment_then_the_models_defa
 ) -> None:
     monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_WORKERS", raising=False)
     assert load_config(environ={}).local_judge.workers is None  # unset: the claim model's own default
-    assert DEFAULT_LOCAL_JUDGE_WORKERS == {"cascade": 2, "features": 1}
+    assert DEFAULT_LOCAL_JUDGE_WORKERS == {"reader": 2, "cascade": 2, "features": 1}
+    assert LocalJudge(model="reader").workers == 2
     assert LocalJudge(model="cascade").workers == 2
     assert LocalJudge(model="features").workers == 1
     assert load_config(environ={"RAGTRACE_LOCAL_JUDGE__WORKERS": "3"}).local_judge.workers == 3

@@ -11,7 +11,7 @@ import pytest
 
 from ragtrace_collector.scoring.judges.local import LocalJudge
 from ragtrace_collector.scoring.judges.local.conflicts import STATES_OTHERWISE, claim_conflict, quote
-from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoderError, first_segment
+from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoderError
 from ragtrace_collector.scoring.judges.local.features import ContextIndex
 from ragtrace_collector.scoring.judges.local.reader import READER_PARAMS_PATH, ReaderParams
 
@@ -56,11 +56,11 @@ class FakeReader:
 
 async def test_every_claim_is_read_even_one_the_feature_model_is_sure_of(tmp_path: Path) -> None:
     plain = await LocalJudge(model="features").verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    assert plain[0].verdict == "yes" and plain[0].confidence > 0.9  # word overlap alone would pass it
+    assert plain[0].verdict == "yes" and plain[0].confidence > 0.8  # word overlap alone would pass it
     reader = FakeReader(0.02)
     judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=reader)
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    assert [a for a, _ in reader.pairs] == [first_segment(c, QUESTION) for c in CLAIMS]
+    assert [a for a, _ in reader.pairs] == CLAIMS  # the claim alone, without its question
     assert "March 1889" in reader.pairs[0][1]
     assert [v.verdict for v in verdicts] == ["no", "idk"]  # the reader's "no" decides, not the overlap
     assert judge.reader is not None and judge.reader.stats.claims == judge.reader.stats.sent == 2

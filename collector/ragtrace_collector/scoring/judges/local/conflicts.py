@@ -311,8 +311,9 @@ def _conflict_words(claim: str, sentence: str, index: ContextIndex) -> tuple[str
     if (_negations(c_tok) > 0) != (_negations(s_tok) > 0):
         neg = [t for t in s_tok if t in _NEGATION_WORDS] or [t for t in s_tok if t in c_set and t not in T.STOPWORDS]
         return "negation", neg
-    c_numbers, s_numbers = T.numbers(claim), T.numbers(sentence)
-    novel = c_numbers - index.numbers
+    # "five-year" holds the number five: hyphens apart, as the context may say "five years"
+    c_numbers, s_numbers = T.numbers(claim.replace("-", " ")), T.numbers(sentence.replace("-", " "))
+    novel = c_numbers - index.numbers - T.numbers(index.lower.replace("-", " "))
     if novel and s_numbers:
         return "number", sorted(s_numbers - c_numbers) or sorted(s_numbers)
     c_months, s_months = T.months(claim), T.months(sentence)

@@ -9,7 +9,12 @@ Decisions it makes, and how:
   on the RAGTruth QA and HaluEval training split by ``scripts/train_local_judge.py``; P(supported)
   is calibrated to claim frequencies; the verdict is ``yes`` when it reaches the threshold tuned so
   that hallucinated = faithfulness < 1 has the best balanced accuracy; ``confidence`` is
-  P(supported), ``evidence`` the best context sentence, ``reason`` names what the contexts lack;
+  P(supported), ``evidence`` the context sentence that decided it;
+* three verdicts: ``yes`` (supported, the reason quotes the supporting sentence and names its context),
+  ``no`` (contradicted: a context sentence about the same thing states otherwise, :mod:`conflicts`; the
+  reason quotes it, "contradicted by context #2: '...two years...'") and ``idk`` (not found: the reason
+  names the numbers, names or words no context has); ``nli`` reads the same verdicts as entailment,
+  contradiction and neutral;
 * chunk usefulness (context precision, noise sensitivity): a chunk is useful for a target when it
   alone supports at least one of the target's claims, not counting claims about the passages
   themselves ("based on the passages...", "unable to answer..."), which any chunk backs;
@@ -33,9 +38,10 @@ on the held-out split and about 15 times slower),
 ``params_path`` / ``RAGTRACE_LOCAL_JUDGE_PARAMS``; ``model`` / ``RAGTRACE_LOCAL_JUDGE_MODEL`` (the collector's
 ``local_judge.model``): ``cascade`` (default) the feature
 model decides the clear claims and the int8 ONNX cross-encoder (:mod:`cross_encoder`) reads the
-uncertain ones with their best context windows (chosen lexically, no embeddings); when the
-cross-encoder's files are missing or do not load, the judge says so in the log and falls back to
-the feature model (``fallback_reason``); ``features`` the feature model alone. Embeddings are always used where a decision is
+uncertain ones with their best context windows (chosen lexically, no embeddings); ``reader`` the cascade,
+then every claim it finds supported read by the int8 claim reader (:mod:`reader`), whose confident
+"unsupported" overrules it; when a model's files are missing or do not load, the judge says so in the log
+and falls back to the feature model (``fallback_reason``); ``features`` the feature model alone. Embeddings are always used where a decision is
 about meaning rather than support (``embed``, context-sentence relevance); the model loads on
 first use, once per process.
 
@@ -75,7 +81,7 @@ from ragtrace_collector.scoring.judge import (
 )
 
 from . import text as T
-from .conflicts import STATES_OTHERWISE, Conflict, claim_conflict, quote
+from .conflicts import claim_conflict, quote
 from .cross_encoder import (
     CascadeParams,
     CascadeStats,
@@ -182,9 +188,14 @@ class LocalJudge(Judge):
                 cascade = CascadeParams.load(cascade_params_path)
                 _require_file(cascade, cross_encoder, "cross-encoder")
                 self.cascade = _Stage(cascade, cross_encoder)
-            elif name == "reader":
+            elif name == "reader":  # the cascade, and the reader after it
+                cascade = CascadeParams.load(cascade_params_path)
+                _require_file(cascade, cross_encoder, "cross-encoder")
+                self.cascade = _Stage(cascade, cross_encoder)
                 read = ReaderParams.load(reader_params_path)
                 _require_file(read, reader, "claim reader")
+                if read.veto > cascade.threshold:
+                    raise CrossEncoderError(f"the reader's veto {read.veto} is above the verdict threshold")
                 self.reader = _Stage(read, reader)
         except CrossEncoderError as exc:
             self._fall_back(str(exc))
@@ -291,48 +302,51 @@ class LocalJudge(Judge):
 
     def _reader_support(
         self, claims: Sequence[str], contexts: Sequence[str], question: str
-    ) -> tuple[list[tuple[float, ClaimSupport]], float, list[Conflict | None] | None]:
-        """P(supported) per claim with every claim read: the feature model's and the reader's, stacked, lowered
-        where a context sentence states otherwise; and those conflicts (reused for the verdicts' reasons)."""
-        scored = self.support(claims, contexts, question)
+    ) -> tuple[list[tuple[float, ClaimSupport]], float]:
+        """P(supported) per claim from the cascade (or the feature model), then every claim it finds supported
+        read by the claim reader, whose confident "unsupported" overrules it (:meth:`ReaderParams.overrule`)."""
+        scored, threshold = self._cascade_support(claims, contexts, question)
         stage = self.reader
         if stage is None or not scored:
-            return scored, self.model.threshold, None
+            return scored, threshold
+        probs = np.asarray([p for p, _ in scored])
+        read: list[int] = np.flatnonzero(probs >= threshold).tolist()
+        stage.stats.add(claims=len(probs), sent=len(read))
+        if not read:
+            return scored, threshold
         try:
             encoder = stage.encoder()
         except CrossEncoderError as exc:
             self._fall_back(str(exc))
-            return scored, self.model.threshold, None
+            return self.support(claims, contexts, question), self.model.threshold
         index = self._index(contexts)
         windows = stage.params.windows
-        pairs = [claim_pair(c, question, index, row.best_sentence, windows) for c, (_, row) in zip(claims, scored)]
-        conflicts = [claim_conflict(c, row.best_sentence, index) for c, (_, row) in zip(claims, scored)]
-        flags = np.asarray([c is not None and c.kind in STATES_OTHERWISE for c in conflicts], dtype=np.float64)
-        probs = stage.params.combine(np.asarray([p for p, _ in scored]), encoder.predict(pairs), flags)
-        stage.stats.add(claims=len(probs), sent=len(probs))
-        return [(float(p), row) for p, (_, row) in zip(probs, scored)], stage.params.threshold, conflicts
+        # The claim alone, without its question: the reader judges what the claim says.
+        pairs = [claim_pair(claims[i], "", index, scored[i][1].best_sentence, windows) for i in read]
+        probs[read] = stage.params.overrule(probs[read], encoder.predict(pairs))
+        return [(float(p), row) for p, (_, row) in zip(probs, scored)], threshold
 
     def _claim_support(
         self, claims: Sequence[str], contexts: Sequence[str], question: str
-    ) -> tuple[list[tuple[float, ClaimSupport]], float, list[Conflict | None] | None]:
+    ) -> tuple[list[tuple[float, ClaimSupport]], float]:
         if self.reader is not None:
             return self._reader_support(claims, contexts, question)
-        return (*self._cascade_support(claims, contexts, question), None)
+        return self._cascade_support(claims, contexts, question)
 
     def _verdicts(self, claims: Sequence[str], contexts: Sequence[str], question: str) -> list[ClaimVerdict]:
         """Supported (``yes``) when P(supported) reaches the threshold; otherwise contradicted (``no``) when a
         context sentence about the same thing states otherwise (:mod:`conflicts`), else not found (``idk``)."""
         verdicts = []
-        scored, threshold, conflicts = self._claim_support(claims, contexts, question)
+        scored, threshold = self._claim_support(claims, contexts, question)
         index = self._index(contexts) if scored else None
-        for i, (claim, (p, row)) in enumerate(zip(claims, scored)):
+        for claim, (p, row) in zip(claims, scored):
             assert index is not None
             verdict: Verdict
             if p >= threshold:
                 verdict, reason = "yes", _supported_reason(p, row, index)
                 evidence = row.best_sentence
             else:
-                conflict = conflicts[i] if conflicts is not None else claim_conflict(claim, row.best_sentence, index)
+                conflict = claim_conflict(claim, row.best_sentence, index)
                 if conflict is not None:
                     verdict, evidence = "no", conflict.sentence
                     reason = f"contradicted by context #{conflict.context + 1}: '{conflict.quote}' (P={p:.2f})"
