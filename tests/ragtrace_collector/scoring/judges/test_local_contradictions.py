@@ -2,9 +2,9 @@
 
 ``tests/support/contradiction_suite.jsonl`` holds faithful answers and their minimally edited contradicting
 twins (negation, antonyms, numbers, dates, swapped roles, units, comparatives, quantifiers, stale values,
-entities, exclusivity), never used to train or tune the judge, scored as the faithfulness metric scores them
+entities, exclusivity, conditions), never used to train or tune the judge, scored as the faithfulness metric scores them
 (faithfulness < 1 ⇒ unfaithful). Issue 31's target is 95 balanced accuracy; the floors below are what the
-shipped models reach (the default cascade 55.8, the claim reader 59.1: scripts/eval_local_judge.py), so that
+shipped models reach on its 234 items (the default cascade 56.8, the claim reader 60.7: scripts/eval_local_judge.py), so that
 no change falls back from them unnoticed. Where a claim is not supported, the judge says *contradicted* (with
 the context that states otherwise, quoted) or *not found*.
 """
@@ -66,7 +66,7 @@ def _verdicts(judge: LocalJudge, question: str, context: str, response: str) -> 
 
 def test_the_suite_is_balanced_and_every_category_has_twins() -> None:
     by_id = {item["id"]: item for item in ITEMS}
-    assert len(ITEMS) >= 200 or len(ITEMS) >= 2 * 70
+    assert len(ITEMS) >= 200 and sum(not i["faithful"] for i in ITEMS) >= 100
     for item in ITEMS:
         twin = by_id[item["twin"]]
         assert twin["twin"] == item["id"] and twin["faithful"] != item["faithful"]
@@ -75,7 +75,7 @@ def test_the_suite_is_balanced_and_every_category_has_twins() -> None:
     assert len(categories) >= 10
 
 
-@pytest.mark.parametrize(("model", "floor"), [(DEFAULT_LOCAL_JUDGE_MODEL, 55.0), ("reader", 59.0)])
+@pytest.mark.parametrize(("model", "floor"), [(DEFAULT_LOCAL_JUDGE_MODEL, 56.0), ("reader", 60.0)])
 def test_the_suite_stays_above_the_shipped_models_floor(model: str, floor: float) -> None:
     judge = LocalJudge(model=model)
     assert judge.model_name == model, judge.fallback_reason

@@ -69,8 +69,13 @@ async def test_invented_number_date_or_name_scores_lower(judge: LocalJudge, kind
     assert result.status == "scored" and result.score > 0
     # The unsupported sentence is the hallucination's reason, and says what is missing.
     assert len(result.details["unsupported"]) == 1
-    bad_claim = next(c for c in result.details["claims"] if c["verdict"] == "no")
-    assert "not in the contexts" in bad_claim["reason"]
+    # ... as contradicted, quoting the context sentence that states otherwise, or as not found, naming what is missing
+    bad_claim = next(c for c in result.details["claims"] if c["verdict"] != "yes")
+    said = {"number": "1889", "date": "March", "name": "Gustave Eiffel"}[kind]
+    if bad_claim["verdict"] == "no":
+        assert bad_claim["reason"].startswith("contradicted by context #1: '") and said in bad_claim["reason"]
+    else:
+        assert bad_claim["verdict"] == "idk" and "not in the contexts" in bad_claim["reason"], bad_claim
 
 
 async def test_invented_fact_lowers_faithfulness(judge: LocalJudge) -> None:

@@ -37,4 +37,4 @@ def test_evaluate_cli_scores_shared_rows_with_the_local_judge(shared_dir: Path, 
         assert line["scores"]["safety"] is None
         assert line["results"]["safety"]["status"] == "skipped"
         claims = line["results"]["faithfulness"]["details"]["claims"]
-        assert all(0.0 <= c["confidence"] <= 1.0 and c["verdict"] in ("yes", "no") for c in claims)
+        assert all(0.0 <= c["confidence"] <= 1.0 and c["verdict"] in ("yes", "no", "idk") for c in claims)

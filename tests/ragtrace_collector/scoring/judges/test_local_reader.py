@@ -1,4 +1,5 @@
-"""The local judge's claim reader: every claim is read, the stacking, the fallback, and the conflict typing."""
+"""The local judge's claim reader: every claim the cascade finds supported is read, the veto, the fallback, and
+the conflict typing (contradicted or not found)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,7 @@ CLAIMS = [
 
 
 def reader_file(tmp_path: Path, model_file: str = "model.onnx", **changes: object) -> Path:
-    data = {
-        "model_file": model_file,
-        "sha256": "0" * 64,
-        "max_tokens": 64,
-        "windows": 1,
-        "stack": [0.0, 1.0, 0.0],
-        "conflict": 0.0,
-        "threshold": 0.5,
-    } | changes
+    data = {"model_file": model_file, "sha256": "0" * 64, "max_tokens": 64, "windows": 1, "veto": 0.3} | changes
     path = tmp_path / "reader.json"
     path.write_text(json.dumps(data))
     return path
@@ -54,36 +47,37 @@ class FakeReader:
         return np.full(len(pairs), self.p)
 
 
-async def test_every_claim_is_read_even_one_the_feature_model_is_sure_of(tmp_path: Path) -> None:
-    plain = await LocalJudge(model="features").verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    assert plain[0].verdict == "yes" and plain[0].confidence > 0.8  # word overlap alone would pass it
+async def test_every_claim_the_cascade_supports_is_read_and_a_sure_no_overrules_it(tmp_path: Path) -> None:
+    plain = await LocalJudge(model="cascade").verify_claims(CLAIMS, CONTEXTS, QUESTION)
+    assert [v.verdict for v in plain] == ["yes", "idk"]  # word overlap alone passes the first
     reader = FakeReader(0.02)
     judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=reader)
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    assert [a for a, _ in reader.pairs] == CLAIMS  # the claim alone, without its question
+    assert [a for a, _ in reader.pairs] == CLAIMS[:1]  # the supported claim, alone, without its question
     assert "March 1889" in reader.pairs[0][1]
-    assert [v.verdict for v in verdicts] == ["no", "idk"]  # the reader's "no" decides, not the overlap
-    assert judge.reader is not None and judge.reader.stats.claims == judge.reader.stats.sent == 2
+    assert [v.verdict for v in verdicts] == ["no", "idk"]  # the reader's sure "no" decides, not the overlap
+    assert verdicts[0].confidence == pytest.approx(0.02) and verdicts[1].confidence == plain[1].confidence
+    assert judge.reader is not None and (judge.reader.stats.claims, judge.reader.stats.sent) == (2, 1)
 
 
-async def test_the_stacking_combines_both_models(tmp_path: Path) -> None:
-    params = reader_file(tmp_path, stack=[1.0, 1.0, 0.0], threshold=0.5)
-    judge = LocalJudge(model="reader", reader_params_path=str(params), reader=FakeReader(0.5))
-    plain = await LocalJudge(model="features").verify_claims(CLAIMS, CONTEXTS, QUESTION)
+async def test_an_unsure_reader_leaves_the_cascade_s_verdicts(tmp_path: Path) -> None:
+    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=FakeReader(0.31))
+    plain = await LocalJudge(model="cascade").verify_claims(CLAIMS, CONTEXTS, QUESTION)
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
-    # logit(0.5) = 0: the stacked P is the feature model's own
-    assert [v.confidence for v in verdicts] == pytest.approx([v.confidence for v in plain], abs=1e-6)
+    assert [(v.verdict, v.confidence) for v in verdicts] == [(v.verdict, v.confidence) for v in plain]
 
 
-def test_the_shipped_parameters_load_and_the_conflict_term_only_lowers(tmp_path: Path) -> None:
+def test_the_shipped_parameters_load_and_the_reader_only_takes_support_away(tmp_path: Path) -> None:
     shipped = ReaderParams.load()
-    assert shipped.model_path() == READER_PARAMS_PATH.parent / shipped.model_file and shipped.conflict <= 0
-    p = shipped.combine(np.asarray([0.9, 0.9]), np.asarray([0.9, 0.9]), np.asarray([0.0, 1.0]))
-    assert p[1] <= p[0]
+    assert shipped.model_path() == READER_PARAMS_PATH.parent / shipped.model_file and 0 < shipped.veto < 0.5
+    p = shipped.overrule(np.asarray([0.9, 0.9, 0.2]), np.asarray([0.99, 0.01, 0.01]))
+    assert p.tolist() == [0.9, 0.01, 0.01]
     with pytest.raises(CrossEncoderError, match="out of range"):
-        ReaderParams.load(reader_file(tmp_path, conflict=1.5))
+        ReaderParams.load(reader_file(tmp_path, veto=1.5))
     with pytest.raises(CrossEncoderError, match="cannot read"):
         ReaderParams.load(tmp_path / "none.json")
+    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path, veto=0.9)), reader=FakeReader(0.5))
+    assert judge.model_name == "features" and "veto" in (judge.fallback_reason or "")  # above the verdict threshold
 
 
 async def test_the_reader_falls_back_to_features_when_its_file_is_missing_or_altered(

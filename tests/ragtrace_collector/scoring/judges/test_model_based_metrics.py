@@ -522,14 +522,18 @@ async def test_a_judge_without_the_capability_skips_every_family_with_its_reason
         assert "judge 'claims-only' cannot decide" in res.reason, (res.metric, res.reason)
 
 
-async def test_the_local_judge_skips_the_model_based_families():
+async def test_the_local_judge_skips_the_model_based_families_but_decides_nli():
     local = pytest.importorskip("ragtrace_collector.scoring.judges.local")
     judge = local.LocalJudge()
     try:
         results = await evaluate_record(with_fields(SC_RECORD, retrieved_contexts=["Ulm."]), list(NEW_METRICS), judge)
     finally:
         await judge.aclose()
-    assert all(r.status == "skipped" and r.score is None for r in results), [(r.metric, r.status) for r in results]
+    by_metric = {r.metric: r for r in results}
+    # nli reads the local judge's three claim verdicts (supported / contradicted / not found) against the premise
+    assert by_metric["nli"].status == "scored" and by_metric["nli"].score is not None, by_metric["nli"]
+    rest = [r for r in results if r.metric != "nli"]
+    assert all(r.status == "skipped" and r.score is None for r in rest), [(r.metric, r.status) for r in rest]
 
 
 def test_options_come_from_the_yaml_file(tmp_path):
