@@ -116,7 +116,8 @@ async def judges(rows: list[dict], rounds: int) -> None:
         for name, (judge, n) in passes.items():
             seconds[name] += await score(judge, rows, n)
     stats = cascade.cascade.stats.as_dict()
-    claims = reader.reader.stats.as_dict()["claims"] / max(1, rounds * len(rows) + 5)
+    read = reader.reader.stats.as_dict()
+    claims = read["claims"] / max(1, rounds * len(rows) + 5)
     rate = {k: len(rows) * rounds / v for k, v in seconds.items()}
     width = max(map(len, passes))
     print(f"{len(rows)} records x {rounds} rounds, each record new to the judge (caches cleared per pass)")
@@ -125,7 +126,9 @@ async def judges(rows: list[dict], rounds: int) -> None:
         print(f"{name:<{width}} {rate[name]:>10.1f} {1000 / rate[name]:>10.2f}")
     names = list(passes)
     print(f"cascade: {stats['share_sent']:.1%} of claims sent to the cross-encoder")
-    print(f"reader: every claim read ({claims:.1f} claims per record)")
+    print(
+        f"reader: {read['share_sent']:.1%} of claims read, the ones the cascade finds supported ({claims:.1f} per record)"
+    )
     print(f"reader / cascade, one at a time: {rate[names[2]] / rate[names[1]]:.2f}x")
     print(f"reader / cascade in flight, default threads: {rate[names[6]] / rate[names[4]]:.2f}x")
     print(f"reader in flight, {workers} threads / 1 thread: {rate[names[6]] / rate[names[5]]:.2f}x")

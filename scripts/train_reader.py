@@ -136,7 +136,7 @@ def training_pairs(args: argparse.Namespace) -> list[dict]:
     rng.shuffle(nli)
     other = [p for p in support if p["kind"] != "nli"]
     train = claims + other + nli[: args.nli]
-    made = contradictions(train, args.contradictions)
+    made = contradictions(train, args.contradictions, seed=args.seed)
     train += made
     print(
         f"training pairs: {len(train)} (claims {len(claims)}, support {len(other)}, nli {min(len(nli), args.nli)},"
@@ -315,6 +315,8 @@ def fit(args: argparse.Namespace) -> None:
     model = CE._encoder_class()(
         AutoModel.from_pretrained(str(source), dtype=torch.float32, num_hidden_layers=args.layers)
     )
+    if args.init:  # a previous fit's reader.pt: continue from it (another epoch, other edits with another --seed)
+        model.load_state_dict(torch.load(args.init, map_location="cpu"))
     optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     steps = args.epochs * ((len(train) + args.batch - 1) // args.batch)
     warmup = max(1, steps // 10)
@@ -326,7 +328,7 @@ def fit(args: argparse.Namespace) -> None:
     step = 0
     model.train()
     for epoch in range(args.epochs):
-        for ids, mask, types, labels in CE._batches(tokenizer, train, args.batch, True, epoch, True):
+        for ids, mask, types, labels in CE._batches(tokenizer, train, args.batch, True, epoch + args.seed, True):
             loss = loss_fn(model(ids, mask, types), labels)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -354,6 +356,8 @@ def fit(args: argparse.Namespace) -> None:
         "batch": args.batch,
         "lr": args.lr,
         "threads": args.threads,
+        "init": str(args.init) if args.init else None,
+        "seed": args.seed,
         "train_seconds": round(train_seconds, 1),
         "versions": {"torch": torch.__version__},
     }
@@ -531,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--agreement-pairs", type=int, default=300)
     parser.add_argument("--pretrained", type=Path, default=None)
+    parser.add_argument("--init", type=Path, default=None, help="fit: continue from a previous fit's reader.pt")
+    parser.add_argument("--seed", type=int, default=0, help="fit: the edits' and the batches' seed")
     args = parser.parse_args(argv)
     WORK = args.work
     CE.WORK = args.work
