@@ -266,6 +266,52 @@ def _batches(
         yield ids, mask, types, labels
 
 
+def train_pairs(
+    model: Any,
+    tokenizer: Any,
+    train: list[dict],
+    *,
+    epochs: int,
+    batch: int,
+    lr: float,
+    device: Any = "cpu",
+    bucket: bool = False,
+    seed: int = 0,
+    log_every: int = 25,
+) -> float:
+    """Fine-tune a pair classifier on labelled pairs (AdamW, linear warm-up over a tenth of the steps then linear
+    decay, gradients clipped at 1, binary cross-entropy on the logit); the seconds it took. Parameters that do not
+    require gradients (frozen layers) are left out. The cross-encoder's and the claim reader's fit both use it."""
+    import torch
+
+    optimiser = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=lr, weight_decay=0.01)
+    steps = epochs * ((len(train) + batch - 1) // batch)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
+    )
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    start = time.time()
+    step = 0
+    model.train()
+    for epoch in range(epochs):
+        for ids, mask, types, labels in _batches(tokenizer, train, batch, True, epoch + seed, bucket):
+            ids, mask, types, labels = (t.to(device) for t in (ids, mask, types, labels))
+            loss = loss_fn(model(ids, mask, types), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimiser.step()
+            schedule.step()
+            optimiser.zero_grad()
+            step += 1
+            if step % log_every == 0:
+                print(
+                    f"epoch {epoch} step {step}/{steps} loss {loss.item():.4f} ({time.time() - start:.0f}s)",
+                    file=sys.stderr,
+                )
+    return time.time() - start
+
+
 def fit(args: argparse.Namespace) -> None:
     import onnxruntime as ort
     import torch
@@ -315,32 +361,9 @@ def fit(args: argparse.Namespace) -> None:
         for layer in model.encoder.encoder.layer[: args.freeze]:
             for param in layer.parameters():
                 param.requires_grad = False
-    optimiser = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=args.lr, weight_decay=0.01)
-    steps = args.epochs * ((len(train) + args.batch - 1) // args.batch)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
+    train_seconds = train_pairs(
+        model, tokenizer, train, epochs=args.epochs, batch=args.batch, lr=args.lr, device=device, bucket=args.bucket
     )
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    start = time.time()
-    step = 0
-    model.train()
-    for epoch in range(args.epochs):
-        for ids, mask, types, labels in _batches(tokenizer, train, args.batch, True, epoch, args.bucket):
-            ids, mask, types, labels = (t.to(device) for t in (ids, mask, types, labels))
-            loss = loss_fn(model(ids, mask, types), labels)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimiser.step()
-            schedule.step()
-            optimiser.zero_grad()
-            step += 1
-            if step % 25 == 0:
-                print(
-                    f"epoch {epoch} step {step}/{steps} loss {loss.item():.4f} ({time.time() - start:.0f}s)",
-                    file=sys.stderr,
-                )
-    train_seconds = time.time() - start
     model.eval()
     # The claim AUROC on the claims this model did not train on (the calibration fold, or the cross-fitting
     # fold): what a choice between training runs may look at (never the test part).

@@ -317,31 +317,17 @@ def fit(args: argparse.Namespace) -> None:
     )
     if args.init:  # a previous fit's reader.pt: continue from it (another epoch, other edits with another --seed)
         model.load_state_dict(torch.load(args.init, map_location="cpu"))
-    optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    steps = args.epochs * ((len(train) + args.batch - 1) // args.batch)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
+    train_seconds = CE.train_pairs(
+        model,
+        tokenizer,
+        train,
+        epochs=args.epochs,
+        batch=args.batch,
+        lr=args.lr,
+        bucket=True,
+        seed=args.seed,
+        log_every=50,
     )
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    start = time.time()
-    step = 0
-    model.train()
-    for epoch in range(args.epochs):
-        for ids, mask, types, labels in CE._batches(tokenizer, train, args.batch, True, epoch + args.seed, True):
-            loss = loss_fn(model(ids, mask, types), labels)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimiser.step()
-            schedule.step()
-            optimiser.zero_grad()
-            step += 1
-            if step % 50 == 0:
-                print(
-                    f"epoch {epoch} step {step}/{steps} loss {loss.item():.4f} ({time.time() - start:.0f}s)",
-                    file=sys.stderr,
-                )
-    train_seconds = time.time() - start
     model.eval()
     torch.save(model.state_dict(), WORK / "reader.pt")
     info = {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from ragtrace_collector.scoring.judges.local.cross_encoder import (
     lexical_similarities,
 )
 from ragtrace_collector.service.scoring import judge_from_config
+from tests.support.pair_scorer import FixedPairScorer
 
 CONTEXTS = [
     "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. "
@@ -49,18 +49,6 @@ def cascade_file(tmp_path: Path, low: float = 0.0, high: float = 1.01, model_fil
         )
     )
     return path
-
-
-class FakeEncoder:
-    """Stands in for the ONNX cross-encoder: records the pairs it is asked about, answers a fixed P."""
-
-    def __init__(self, p: float) -> None:
-        self.p = p
-        self.pairs: list[tuple[str, str]] = []
-
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        self.pairs.extend(pairs)
-        return np.full(len(pairs), self.p)
 
 
 # configuration ------------------------------------------------------------------------------
@@ -162,7 +150,7 @@ async def test_an_altered_model_file_is_refused_and_the_judge_falls_back(
 
 # routing ------------------------------------------------------------------------------------
 async def test_uncertain_claims_go_to_the_cross_encoder_with_their_windows(tmp_path: Path) -> None:
-    encoder = FakeEncoder(0.01)
+    encoder = FixedPairScorer(0.01)
     judge = LocalJudge(
         model="cascade",
         cascade_params_path=str(cascade_file(tmp_path)),
@@ -183,7 +171,7 @@ async def test_uncertain_claims_go_to_the_cross_encoder_with_their_windows(tmp_p
 
 
 async def test_clear_claims_never_reach_the_cross_encoder(tmp_path: Path) -> None:
-    encoder = FakeEncoder(0.01)
+    encoder = FixedPairScorer(0.01)
     empty_band = cascade_file(tmp_path, low=0.5, high=0.5)
     judge = LocalJudge(
         model="cascade",

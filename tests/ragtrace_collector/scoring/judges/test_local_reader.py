@@ -4,7 +4,6 @@ the conflict typing (contradicted or not found)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from ragtrace_collector.scoring.judges.local.conflicts import STATES_OTHERWISE, 
 from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoderError
 from ragtrace_collector.scoring.judges.local.features import ContextIndex
 from ragtrace_collector.scoring.judges.local.reader import READER_PARAMS_PATH, ReaderParams
+from tests.support.pair_scorer import FixedPairScorer
 
 CONTEXTS = [
     "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. "
@@ -35,22 +35,10 @@ def reader_file(tmp_path: Path, model_file: str = "model.onnx", **changes: objec
     return path
 
 
-class FakeReader:
-    """Stands in for the ONNX reader: records the pairs it reads, answers a fixed P."""
-
-    def __init__(self, p: float) -> None:
-        self.p = p
-        self.pairs: list[tuple[str, str]] = []
-
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        self.pairs.extend(pairs)
-        return np.full(len(pairs), self.p)
-
-
 async def test_every_claim_the_cascade_supports_is_read_and_a_sure_no_overrules_it(tmp_path: Path) -> None:
     plain = await LocalJudge(model="cascade").verify_claims(CLAIMS, CONTEXTS, QUESTION)
     assert [v.verdict for v in plain] == ["yes", "idk"]  # word overlap alone passes the first
-    reader = FakeReader(0.02)
+    reader = FixedPairScorer(0.02)
     judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=reader)
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
     assert [a for a, _ in reader.pairs] == CLAIMS[:1]  # the supported claim, alone, without its question
@@ -61,7 +49,7 @@ async def test_every_claim_the_cascade_supports_is_read_and_a_sure_no_overrules_
 
 
 async def test_an_unsure_reader_leaves_the_cascade_s_verdicts(tmp_path: Path) -> None:
-    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=FakeReader(0.31))
+    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path)), reader=FixedPairScorer(0.31))
     plain = await LocalJudge(model="cascade").verify_claims(CLAIMS, CONTEXTS, QUESTION)
     verdicts = await judge.verify_claims(CLAIMS, CONTEXTS, QUESTION)
     assert [(v.verdict, v.confidence) for v in verdicts] == [(v.verdict, v.confidence) for v in plain]
@@ -76,7 +64,9 @@ def test_the_shipped_parameters_load_and_the_reader_only_takes_support_away(tmp_
         ReaderParams.load(reader_file(tmp_path, veto=1.5))
     with pytest.raises(CrossEncoderError, match="cannot read"):
         ReaderParams.load(tmp_path / "none.json")
-    judge = LocalJudge(model="reader", reader_params_path=str(reader_file(tmp_path, veto=0.9)), reader=FakeReader(0.5))
+    judge = LocalJudge(
+        model="reader", reader_params_path=str(reader_file(tmp_path, veto=0.9)), reader=FixedPairScorer(0.5)
+    )
     assert judge.model_name == "features" and "veto" in (judge.fallback_reason or "")  # above the verdict threshold
 
 
