@@ -7,7 +7,7 @@ Resolution order, highest first, each default written once (in the model below):
    ``RAGTRACE_SCORING__OPTIONS__GEVAL__CRITERIA="Is the answer concise?"``; top-level keys have no
    section: ``RAGTRACE_ROLE=worker``, ``RAGTRACE_DATA_DIR=/var/lib/ragtrace``. Lists and mappings are
    written as YAML/JSON (``RAGTRACE_SCORING__METRICS='[faithfulness, bleu]'``); ``null`` (or an empty
-   value) is ``None``;
+   value, except for ``RAGTRACE_AUTH__BEARER_TOKEN``, where empty is an error) is ``None``;
 3. the YAML file: ``--config FILE``, else ``$RAGTRACE_CONFIG``;
 4. the defaults: they run with no file at all (OTLP/gRPC 4317, OTLP/HTTP 4318, ``/metrics`` 9464 bound
    to 127.0.0.1, the embedded judge, the embedded SQLite queue under ``data_dir``).
@@ -156,10 +156,32 @@ class ListenConfig(_Section):
     grpc_port: int | None = 4317  # None disables the receiver
     http_port: int | None = 4318
     metrics_port: int | None = 9464
+    # Host names the HTTP listeners answer besides IP literals, localhost and the bound host (DNS rebinding:
+    # ragtrace_collector.internal.hosts): "collector" (that name), ".example.com" (it and names under it), "*" (any)
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+
+#: Shortest bearer token accepted: 16 bytes of a random token are beyond guessing at any rate a listener answers.
+MIN_TOKEN_BYTES = 16
 
 
 class AuthConfig(_Section):
     bearer_token: str | None = None  # when set, OTLP requests must carry "Authorization: Bearer <token>"
+    # Listening beyond loopback (listen.host 0.0.0.0, a LAN address) with no bearer_token is refused at start
+    # unless this says anyone who reaches the ports may send spans and read records (then one warning at start)
+    allow_unauthenticated: bool = False
+
+    @field_validator("bearer_token")
+    @classmethod
+    def _token_strong_enough(cls, value: str | None) -> str | None:
+        # An empty variable (RAGTRACE_AUTH__BEARER_TOKEN= in a compose file) must not silently turn auth off.
+        if value is not None and len(value.strip().encode()) < MIN_TOKEN_BYTES:
+            what = "empty" if not value.strip() else f"{len(value.strip().encode())} bytes"
+            raise ValueError(
+                f"auth.bearer_token is {what}: use a random token of at least {MIN_TOKEN_BYTES} bytes"
+                " (openssl rand -hex 24), or leave it unset for no authentication on loopback"
+            )
+        return value.strip() if value is not None else None
 
 
 class LimitsConfig(_Section):
@@ -640,6 +662,9 @@ def _expand_shorthands(data: Any, model: type[BaseModel] = CollectorConfig) -> A
 # --- sources ------------------------------------------------------------------------------------------
 
 _NULLS = ("", "~", "null", "Null", "NULL")
+# Variables whose empty value is kept (and refused by the model) rather than read as unset: an unset variable
+# interpolated into a compose file must not silently turn authentication off.
+_EMPTY_IS_A_VALUE = frozenset({f"{ENV_PREFIX}AUTH{ENV_NESTING}BEARER_TOKEN"})
 
 
 def settings_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -668,7 +693,8 @@ def settings_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], li
             name = f"{name}{ENV_NESTING}{main.upper()}"
             if name in environ:
                 continue
-        settings[name] = "null" if value in _NULLS else value
+        empty_kept = value == "" and name in _EMPTY_IS_A_VALUE
+        settings[name] = "null" if value in _NULLS and not empty_kept else value
     return settings, unknown
 
 

@@ -204,11 +204,11 @@ async def test_sampling_rate_and_weights_reach_the_queue(collector):
 
 
 async def test_bad_requests_against_the_app(collector):
-    app = await collector(auth={"bearer_token": "tok"}, limits={"max_request_bytes": 10_000})
+    app = await collector(auth={"bearer_token": "e2e-token-0123456789"}, limits={"max_request_bytes": 10_000})
     url = f"http://127.0.0.1:{app.http_port}/v1/traces"
     _, request = F.to_request(F.ragtrace_shaped())
     wire = request.SerializeToString()
-    auth = {"Authorization": "Bearer tok", "Content-Type": "application/x-protobuf"}
+    auth = {"Authorization": "Bearer e2e-token-0123456789", "Content-Type": "application/x-protobuf"}
     async with aiohttp.ClientSession() as s:
         async with s.post(url, data=wire, headers={"Content-Type": "application/x-protobuf"}) as r:
             assert r.status == 401

@@ -35,14 +35,14 @@ def test_precedence_yaml_env_overrides(tmp_path):
         "RAGTRACE_QUEUE__URL": "redis://127.0.0.1:6379/0",
         "RAGTRACE_SAMPLING__PIPELINES__B": "0.75",
         "RAGTRACE_ENDPOINT": "http://x",  # the SDK's variable: not a config key, ignored
-        "RAGTRACE_AUTH__BEARER_TOKEN": "s3cret",
+        "RAGTRACE_AUTH__BEARER_TOKEN": "s3cret-0123456789abcdef",
     }
     c = load_config(str(path), overrides={"role": "receiver"}, environ=env)
     assert c.sampling.rate == 0.25
     assert c.sampling.pipelines == {"a": 0.2, "b": 0.75}
     assert c.listen.http_port == 1111
     assert c.queue_url == "redis://127.0.0.1:6379/0"
-    assert c.auth.bearer_token == "s3cret"
+    assert c.auth.bearer_token == "s3cret-0123456789abcdef"
     assert c.role == "receiver"
 
 
@@ -169,14 +169,14 @@ def test_variables_of_the_sdk_and_other_tools_are_never_warned_about(caplog):
 
 def test_environment_values_are_typed_by_the_model():
     env = {
-        "RAGTRACE_AUTH__BEARER_TOKEN": "123456",  # a string key, though it reads as a number
+        "RAGTRACE_AUTH__BEARER_TOKEN": "1234567890123456",  # a string key, though it reads as a number
         "RAGTRACE_LISTEN__GRPC_PORT": "null",
         "RAGTRACE_SCORING__METRICS": "[faithfulness, bleu]",
         "RAGTRACE_SCORING__OPTIONS__ANSWER_CORRECTNESS_WEIGHTS": "[1, 1]",
         "RAGTRACE_SAMPLING__ALWAYS__ERRORS": "false",
     }
     c = load_config(environ=env)
-    assert c.auth.bearer_token == "123456" and c.listen.grpc_port is None
+    assert c.auth.bearer_token == "1234567890123456" and c.listen.grpc_port is None
     assert c.scoring.metrics == ["faithfulness", "bleu"]
     assert c.scoring.options.answer_correctness_weights == (0.5, 0.5)
     assert c.sampling.always.errors is False

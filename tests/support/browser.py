@@ -13,7 +13,7 @@ matching a CSS selector must hold each item; on timeout it fails with what is mi
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,8 @@ Shown = str | tuple[str, ...]  # a text, or alternatives of which one must be sh
 
 
 @contextmanager
-def headless_chromium(width: int = 1600, height: int = 1000) -> Iterator[Any]:
-    """A Selenium driver of headless chromium with its own throwaway profile."""
+def headless_chromium(width: int = 1600, height: int = 1000, flags: Sequence[str] = ()) -> Iterator[Any]:
+    """A Selenium driver of headless chromium with its own throwaway profile (and any more ``flags``)."""
     chromium = require_in_ci("chromium", "chromium")
     chromedriver = require_in_ci("chromedriver", "chromium-driver")
     webdriver = pytest.importorskip("selenium.webdriver")
@@ -47,7 +47,7 @@ def headless_chromium(width: int = 1600, height: int = 1000) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     with tempfile.TemporaryDirectory(prefix="ragtrace-chromium-") as profile:
-        for flag in (*CHROMIUM_FLAGS, f"--window-size={width},{height}", f"--user-data-dir={profile}"):
+        for flag in (*CHROMIUM_FLAGS, *flags, f"--window-size={width},{height}", f"--user-data-dir={profile}"):
             options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
         driver.implicitly_wait(0)

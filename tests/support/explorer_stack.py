@@ -58,7 +58,7 @@ class Fed:
     """The running collector and what was sent to it."""
 
     base: str  # http://127.0.0.1:<metrics port>
-    token: str
+    token: str | None
     store: Path
     log: Path
     otlp: str = ""  # http://127.0.0.1:<OTLP/HTTP port>
@@ -67,7 +67,7 @@ class Fed:
 
     @property
     def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def api(self, path: str, **params: object) -> httpx.Response:
         return httpx.get(self.base + path, params=params, headers=self.auth, timeout=10)  # type: ignore[arg-type]
@@ -140,14 +140,22 @@ def fed_collector(workdir: Path) -> Iterator[Fed]:
 
 
 @contextmanager
-def served_collector(workdir: Path, explorer: dict | None = None) -> Iterator[Fed]:
-    """Start the collector in ``workdir`` (``explorer`` settings over the tests' own), ready, nothing sent yet;
-    stop it after."""
+def served_collector(
+    workdir: Path, explorer: dict | None = None, token: str | None = TOKEN, listen: dict | None = None
+) -> Iterator[Fed]:
+    """Start the collector in ``workdir`` (``explorer`` and ``listen`` settings over the tests' own; ``token``
+    None: no authentication, the default), ready, nothing sent yet; stop it after."""
     http_port, metrics_port = free_port(), free_port()
     config = {
         "data_dir": str(workdir / "data"),
-        "listen": {"host": "127.0.0.1", "http_port": http_port, "grpc_port": None, "metrics_port": metrics_port},
-        "auth": {"bearer_token": TOKEN},
+        "listen": {
+            "host": "127.0.0.1",
+            "http_port": http_port,
+            "grpc_port": None,
+            "metrics_port": metrics_port,
+            **(listen or {}),
+        },
+        "auth": {"bearer_token": token},
         "assembly": {"grace_seconds": 0.3, "sweep_interval_seconds": 0.05},
         "scoring": {"metrics": METRICS},
         "explorer": {"page_size": PAGE_SIZE, "trace_links": {"Jaeger": JAEGER}, **(explorer or {})},
@@ -166,7 +174,7 @@ def served_collector(workdir: Path, explorer: dict | None = None) -> Iterator[Fe
             start_new_session=True,
         )
     base = f"http://127.0.0.1:{metrics_port}"
-    fed = Fed(base, TOKEN, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}")
+    fed = Fed(base, token, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}")
     try:
         deadline = time.monotonic() + 60
         while True:

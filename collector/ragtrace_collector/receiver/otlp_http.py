@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -142,10 +142,13 @@ def _success(content_type: str, decoded: DecodedRequest) -> web.Response:
 class OtlpHttpReceiver:
     """The aiohttp application and its site; ``start(host, port)`` binds (port 0 → any free port)."""
 
-    def __init__(self, ingestor: Ingestor, ready: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self, ingestor: Ingestor, ready: Callable[[], bool] = lambda: True, middlewares: Sequence = ()
+    ) -> None:
         self.ingestor = ingestor
         self.ready = ready
-        self.app = web.Application(client_max_size=ingestor.max_request_bytes)  # (bodies are read by _Body)
+        # (bodies are read by _Body); middlewares: the service's host check (ragtrace_collector.internal.hosts)
+        self.app = web.Application(client_max_size=ingestor.max_request_bytes, middlewares=list(middlewares))
         self.app.router.add_post(TRACES_PATH, self.handle_traces)
         self.app.router.add_get("/healthz", self.handle_health)
         self.app.router.add_get("/readyz", self.handle_ready)

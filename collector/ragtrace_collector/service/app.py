@@ -22,6 +22,7 @@ from prometheus_client.exposition import choose_encoder
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.exporter.forward import Forwarder
+from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
 from ragtrace_collector.processor.assembly.assembler import Assembler, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
@@ -103,8 +104,28 @@ class CollectorApp:
         spill = self.config.queue_spill if self.config.runs_receiver else MEMORY
         return open_queue(url, self.config.queue.max_depth, spill)
 
+    def _check_exposure(self) -> None:
+        """Refuse to listen beyond loopback with no credential, unless ``auth.allow_unauthenticated`` says so:
+        anyone who reached the ports could send spans and read every record."""
+        cfg = self.config
+        listening = (cfg.listen.http_port, cfg.listen.grpc_port, cfg.listen.metrics_port) != (None, None, None)
+        if not listening or is_loopback(cfg.listen.host) or cfg.auth.bearer_token is not None:
+            return
+        if not cfg.auth.allow_unauthenticated:
+            raise ValueError(
+                f"listen.host {cfg.listen.host!r} is reachable from other machines and no credential is configured:"
+                " set auth.bearer_token (RAGTRACE_AUTH__BEARER_TOKEN, 16+ bytes), or set"
+                " auth.allow_unauthenticated: true to let anyone who reaches these ports send spans and read records"
+            )
+        log.warning(
+            "listening on %s with no credential (auth.allow_unauthenticated): anyone who reaches these ports can"
+            " send spans and read every record",
+            cfg.listen.host,
+        )
+
     async def start(self) -> None:
         cfg = self.config
+        self._check_exposure()
         if self.queue is None:
             self.queue = self._open_queue()
         if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
@@ -135,7 +156,9 @@ class CollectorApp:
             )
             self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
             if cfg.listen.http_port is not None:
-                self.http = OtlpHttpReceiver(self.ingestor, ready=lambda: self.ready)
+                self.http = OtlpHttpReceiver(
+                    self.ingestor, ready=lambda: self.ready, middlewares=[self._host_check("otlp_http")]
+                )
                 await self.http.start(cfg.listen.host, cfg.listen.http_port)
             if cfg.listen.grpc_port is not None:
                 self.grpc = OtlpGrpcReceiver(self.ingestor)
@@ -176,8 +199,13 @@ class CollectorApp:
             cfg.queue_url,
         )
 
+    def _host_check(self, listener: str):
+        """The DNS-rebinding check of one HTTP listener (``listen.allowed_hosts``), its refusals counted."""
+        policy = HostPolicy(self.config.listen.host, self.config.listen.allowed_hosts)
+        return host_check_middleware(policy, lambda reason: self.metrics.refused(listener, reason))
+
     async def _start_metrics(self, host: str, port: int) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._host_check("metrics")])
 
         async def handle_metrics(request: web.Request) -> web.Response:
             # off the loop: collecting reads the queue (a Redis round trip, a SQLite lock), and a slow

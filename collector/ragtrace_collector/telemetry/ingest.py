@@ -137,6 +137,13 @@ class IngestMetrics:
             ("transport", "status"),
             registry=registry,
         )
+        self.http_refused = Counter(
+            "ragtrace_http_requests_refused",
+            "HTTP requests refused before any handler, by listener (otlp_http, metrics) and reason (host: a Host"
+            " the collector does not answer, origin: a cross-site Origin): DNS rebinding and cross-site requests.",
+            ("listener", "reason"),
+            registry=registry,
+        )
         self.traces_sampled = Counter(
             "ragtrace_traces_sampled",
             "Records selected for scoring, by the rule that selected them.",
@@ -207,6 +214,9 @@ class IngestMetrics:
     # --- receivers ---
     def request(self, transport: str, status: str) -> None:
         self.otlp_requests.labels(transport, status).inc()
+
+    def refused(self, listener: str, reason: str) -> None:
+        self.http_refused.labels(listener, reason).inc()
 
     def spans(self, transport: str, accepted: int, rejected: dict[str, int] | None = None) -> None:
         if accepted:
