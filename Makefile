@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test test-unit test-deps test-peers test-phoenix lint bench train-judge
+.PHONY: install demo test test-unit test-deps test-peers test-phoenix test-durability lint bench train-judge
 
 install:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
@@ -33,6 +33,11 @@ test-unit: install
 test-peers: install
 	bash scripts/peers/build.sh
 	$(PY) scripts/peers/live.py
+
+# kill -9 every 2-5 s for two minutes under steady traffic: every trace answered 200 is scored exactly once
+# (`make test` runs the same soak for 25 s).
+test-durability: install
+	RAGTRACE_KILL_SOAK_SECONDS=120 $(PY) -m pytest -q -s tests/security/test_kill_nine.py $(PYTEST_ARGS)
 
 # Scores in a real Arize Phoenix: build .phoenix-venv (arize-phoenix from the package index, pinned in
 # scripts/phoenix/requirements.txt) and run the test that serves it on loopback, annotates the scored spans

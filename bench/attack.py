@@ -13,11 +13,23 @@ receiving side) and runs three attacks against it over loopback, each beside goo
 3. Overload: an open-loop flood of full-size batches at twice the sustainable rate, beside the good client.
    Prints the good and flood success rates (503 + Retry-After is the expected refusal) and the RSS peak
    and after.
+
+Then a second collector (``--role all``, a bearer token, a results store of large records) for the attacks of
+issue 33, each beside the good client (which sends the right token):
+
+4. Token guessing: one address sends wrong tokens as fast as it can. Prints how many were checked (401) before
+   the address was limited (429), and guesses checked per second.
+5. Rotating addresses: each guess from another loopback address (127.1.x.y). Prints guesses checked against
+   refused once the global window is full.
+6. DNS rebinding: requests naming a host the collector does not answer. Prints how many got 421.
+7. Explorer crowd: six clients (six addresses) listing 1,000 records at a time from a store of large records.
+   Prints their statuses, the RSS peak and ``/metrics`` p99 meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import random
 import socket
 import sys
@@ -25,6 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -69,10 +82,10 @@ def _add_trace(ss: object, pipeline: str, model: str) -> None:
             a.key, a.value.string_value = key, value
 
 
-def post(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, float]:
+def post(url: str, body: bytes, timeout: float = 10.0, headers: dict[str, str] | None = None) -> tuple[int, float]:
     started = time.perf_counter()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, body, PB), timeout=timeout) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, body, {**PB, **(headers or {})}), timeout=timeout) as r:
             status = r.status
     except urllib.error.HTTPError as exc:
         status = exc.code
@@ -81,18 +94,32 @@ def post(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, float]:
     return status, time.perf_counter() - started
 
 
+def post_from(
+    port: int, body: bytes, headers: dict[str, str], source: str = "127.0.0.1", path: str = "/v1/traces"
+) -> int:
+    """One POST to 127.0.0.1:``port`` from the loopback address ``source`` (Linux routes all of 127/8); the status."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("POST", path, body, {**PB, **headers})
+        return conn.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        conn.close()
+
+
 class GoodClient(threading.Thread):
     """Sends one small trace every 1/rate seconds and keeps every status and latency."""
 
-    def __init__(self, url: str, rate: float) -> None:
+    def __init__(self, url: str, rate: float, headers: dict[str, str] | None = None) -> None:
         super().__init__(daemon=True)
-        self.url, self.rate = url, rate
+        self.url, self.rate, self.headers = url, rate, headers or {}
         self.results: list[tuple[int, float]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(1 / self.rate):
-            self.results.append(post(self.url, small_request()))
+            self.results.append(post(self.url, small_request(), headers=self.headers))
 
     def summary(self) -> str:
         ok = sum(1 for s, _ in self.results if s == 200)
@@ -168,7 +195,10 @@ def main() -> int:
     parser.add_argument("--pipelines", type=int, default=50)
     parser.add_argument("--models", type=int, default=30)
     parser.add_argument("--flood-rate", type=float, default=60.0, help="flood batches/s (510 spans each)")
+    parser.add_argument("--only-new", action="store_true", help="only the attacks of issue 33 (4-7)")
     args = parser.parse_args()
+    if args.only_new:
+        return issue_33_attacks(args.seconds)
 
     with tempfile.TemporaryDirectory() as data_dir:
         proc, http, metrics = start_collector(data_dir, sampling_rate=0.0, max_pending=16)
@@ -233,6 +263,147 @@ def main() -> int:
                 f"other {n - st.get(200, 0) - st.get(503, 0)}; p99 {pct(flood['latencies'], 0.99) * 1000:.0f} ms"
             )
             print(f"  RSS: start {rss_start:.0f} MB, peak {max(peak):.0f} MB, 2 s after {proc_rss_mb(proc.pid):.0f} MB")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except Exception:
+                proc.kill()
+    print()
+    return issue_33_attacks(args.seconds)
+
+
+TOKEN = "bench-token-0123456789abcdef"
+GOOD = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _fill_store(path: Path, records: int = 300, context_chars: int = 100_000) -> None:
+    """A results store of large records (five 100 kB contexts each), as months of production leave one."""
+    sys.path.insert(0, str(BENCH.parent / "collector"))
+    from ragtrace_collector.model.record import RagRecord
+    from ragtrace_collector.model.result import MetricResult
+    from ragtrace_collector.scoring.results_store import ResultsStore
+
+    store = ResultsStore(path)
+    filler = "The kettle holds 1.7 litres and has an automatic shut-off. " * (context_chars // 60)
+    for i in range(records):
+        record = RagRecord(
+            trace_id=f"{i:032x}",
+            service="shop",
+            pipeline="qa",
+            user_input=f"question {i}",
+            response="answer",
+            retrieved_contexts=[filler] * 5,
+        )
+        store.add(record, [MetricResult("faithfulness", "scored", 0.5, details={"claims": [filler[:2000]] * 20})])
+    store.close()
+
+
+def _beside_good(url: str, attack: Callable[[], str]) -> None:
+    good = GoodClient(url, rate=10, headers=GOOD)
+    good.start()
+    try:
+        said = attack()
+    finally:
+        good.stop.set()
+        good.join()
+    print("  " + said)
+    print("  " + good.summary())
+
+
+def _statuses(values: list[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def issue_33_attacks(seconds: float) -> int:
+    with tempfile.TemporaryDirectory() as data_dir:
+        _fill_store(Path(data_dir) / "results.sqlite")
+        env = {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN, "RAGTRACE_AUTH__MAX_FAILED_ATTEMPTS_TOTAL": "200"}
+        proc, port, metrics = start_collector(data_dir, sampling_rate=0.0, max_pending=16, extra_env=env, role="all")
+        url = f"http://127.0.0.1:{port}/v1/traces"
+        body = small_request()
+        try:
+            print(f"== 4. token guessing from one address for {seconds:.0f} s ==")
+
+            def guess_one_address() -> str:
+                got, stop = [], time.monotonic() + seconds
+                while time.monotonic() < stop:
+                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{len(got):020d}"}, "127.0.0.2"))
+                st = _statuses(got)
+                return (
+                    f"guesses: {st.get(401, 0)} checked (401), then {st.get(429, 0)} refused unchecked (429);"
+                    f" {st.get(401, 0) / seconds:.2f} checked/s (was 620-735/s unlimited)"
+                )
+
+            _beside_good(url, guess_one_address)
+
+            print(f"\n== 5. rotating addresses (one guess each) for {seconds:.0f} s ==")
+
+            def rotate() -> str:
+                got, stop, i = [], time.monotonic() + seconds, 0
+                while time.monotonic() < stop:
+                    i += 1
+                    source = f"127.1.{i // 250 % 250}.{i % 250 + 1}"
+                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{i:020d}"}, source))
+                st = _statuses(got)
+                return f"guesses from {len(got)} addresses: {st.get(401, 0)} checked, {st.get(429, 0)} refused (429)"
+
+            _beside_good(url, rotate)
+
+            print(f"\n== 6. DNS rebinding: a foreign Host for {seconds:.0f} s ==")
+
+            def rebind() -> str:
+                got, stop = [], time.monotonic() + seconds
+                while time.monotonic() < stop:
+                    got.append(post_from(port, body, {**GOOD, "Host": f"rebind.example:{port}"}))
+                    got.append(post_from(metrics, b"", {"Host": f"rebind.example:{metrics}"}, path="/api/v1/records"))
+                st = _statuses(got)
+                return (
+                    f"foreign-Host requests: {st.get(421, 0)}/{len(got)} misdirected (421), {st.get(200, 0)} answered"
+                )
+
+            _beside_good(url, rebind)
+
+            print(f"\n== 7. explorer crowd: 6 clients listing 1,000 large records for {seconds:.0f} s ==")
+
+            def crowd() -> str:
+                stop = time.monotonic() + seconds
+                got: list[int] = []
+                scrapes: list[float] = []
+
+                def lister(source: str) -> None:
+                    while time.monotonic() < stop:
+                        conn = http.client.HTTPConnection("127.0.0.1", metrics, timeout=60, source_address=(source, 0))
+                        try:
+                            conn.request("GET", "/api/v1/records?limit=1000", headers=GOOD)
+                            reply = conn.getresponse()
+                            reply.read()
+                            got.append(reply.status)
+                        except OSError:
+                            got.append(0)
+                        finally:
+                            conn.close()
+
+                listers = [threading.Thread(target=lister, args=(f"127.0.3.{k + 1}",), daemon=True) for k in range(6)]
+                rss_before = proc_rss_mb(proc.pid)
+                for t in listers:
+                    t.start()
+                peak = rss_before
+                while time.monotonic() < stop:
+                    scrapes.append(scrape(metrics)[1])
+                    peak = max(peak, proc_rss_mb(proc.pid))
+                    time.sleep(0.25)
+                for t in listers:
+                    t.join(60)
+                return (
+                    f"lists: {_statuses(got)}; RSS {rss_before:.0f} -> peak {peak:.0f} MB;"
+                    f" /metrics p99 {pct(scrapes, 0.99) * 1000:.0f} ms over {len(scrapes)} scrapes"
+                )
+
+            _beside_good(url, crowd)
         finally:
             proc.terminate()
             try:

@@ -203,10 +203,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_collector(data_dir: str, sampling_rate: float, max_pending: int):
+def start_collector(
+    data_dir: str,
+    sampling_rate: float,
+    max_pending: int,
+    extra_env: dict[str, str] | None = None,
+    role: str = "receiver",
+):
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     env = {
         **os.environ,
+        **(extra_env or {}),
         "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "collector")]),  # this checkout's code first
         "RAGTRACE_SAMPLING__RATE": str(sampling_rate),
         "RAGTRACE_LIMITS__MAX_PENDING_REQUESTS": str(max_pending),
@@ -219,7 +226,7 @@ def start_collector(data_dir: str, sampling_rate: float, max_pending: int):
             "ragtrace_collector.cli",
             "serve",
             "--role",
-            "receiver",
+            role,
             "--data-dir",
             data_dir,
             "--http-port",

@@ -166,22 +166,49 @@ MIN_TOKEN_BYTES = 16
 
 
 class AuthConfig(_Section):
-    bearer_token: str | None = None  # when set, OTLP requests must carry "Authorization: Bearer <token>"
-    # Listening beyond loopback (listen.host 0.0.0.0, a LAN address) with no bearer_token is refused at start
-    # unless this says anyone who reaches the ports may send spans and read records (then one warning at start)
+    """Credentials (``ragtrace_collector.internal.credentials``): which token may ingest, read, review."""
+
+    bearer_token: str | None = None  # the one-token setup: OTLP requests, the explorer and reviews all need it
+    # Several tokens per scope (rotation; apps hold ingest tokens, which read nothing): ingest sends spans, read
+    # reads records (explorer pages and API), review records human verdicts and reads. A scope with no token is open.
+    ingest_tokens: list[str] = Field(default_factory=list)
+    read_tokens: list[str] = Field(default_factory=list)
+    review_tokens: list[str] = Field(default_factory=list)
+    # Listening beyond loopback (listen.host 0.0.0.0, a LAN address) with a scope no token guards is refused at
+    # start unless this says anyone who reaches the ports may use it (then one warning at start)
     allow_unauthenticated: bool = False
+    # Guessing a token, on any listener (OTLP/HTTP, OTLP/gRPC, explorer login and API, counted together): a client
+    # address (an IPv6 /64) that sent this many wrong ones within the window gets 429 (gRPC RESOURCE_EXHAUSTED)
+    # until the oldest leaves it; ragtrace_auth_attempts_total{via,status} counts every credential checked
+    max_failed_attempts: int = Field(default=10, ge=1)
+    failed_attempt_window_seconds: float = Field(default=300.0, gt=0)
+    max_tracked_addresses: int = Field(default=10_000, ge=1)  # addresses tracked at once (limited ones kept)
+    # Wrong credentials from all addresses together per window: past it, addresses that presented no good one
+    # within the window are refused too (rotating addresses)
+    max_failed_attempts_total: int = Field(default=1_000, ge=1)
+    session_hours: float = Field(default=12.0, gt=0)  # an explorer sign-in lasts this long (then sign in again)
 
     @field_validator("bearer_token")
     @classmethod
     def _token_strong_enough(cls, value: str | None) -> str | None:
         # An empty variable (RAGTRACE_AUTH__BEARER_TOKEN= in a compose file) must not silently turn auth off.
-        if value is not None and len(value.strip().encode()) < MIN_TOKEN_BYTES:
-            what = "empty" if not value.strip() else f"{len(value.strip().encode())} bytes"
-            raise ValueError(
-                f"auth.bearer_token is {what}: use a random token of at least {MIN_TOKEN_BYTES} bytes"
-                " (openssl rand -hex 24), or leave it unset for no authentication on loopback"
-            )
-        return value.strip() if value is not None else None
+        return _strong_token("auth.bearer_token", value) if value is not None else None
+
+    @field_validator("ingest_tokens", "read_tokens", "review_tokens")
+    @classmethod
+    def _tokens_strong_enough(cls, value: list[str], info: Any) -> list[str]:
+        return [_strong_token(f"auth.{info.field_name}", v) for v in value]
+
+
+def _strong_token(where: str, value: str) -> str:
+    size = len(value.strip().encode())
+    if size < MIN_TOKEN_BYTES:
+        what = "empty" if not size else f"{size} bytes"
+        raise ValueError(
+            f"{where} is {what}: use a random token of at least {MIN_TOKEN_BYTES} bytes (openssl rand -hex 24),"
+            " or leave it unset for no authentication on loopback"
+        )
+    return value.strip()
 
 
 class LimitsConfig(_Section):
@@ -199,6 +226,11 @@ class LimitsConfig(_Section):
     # label combination is recorded as "other" (ragtrace_metric_series_overflow_total counts it)
     max_series_per_label_set: int = Field(default=2000, ge=0)
     label_idle_seconds: float = Field(default=600.0, gt=0)  # a label value/combination unused this long frees its slot
+    # A value or combination turned away ("other") that was seen in this many distinct seconds within the last one to
+    # two label_reclaim_window_seconds takes the slot of a held one seen in fewer (one-shot junk names), whose series
+    # are removed (ragtrace_metric_series_evicted_total); 0: first come, first served until a slot idles out
+    label_reclaim_hits: int = Field(default=3, ge=0)
+    label_reclaim_window_seconds: float = Field(default=60.0, gt=0)
 
 
 class AssemblyConfig(_Section):
@@ -216,6 +248,11 @@ class AssemblyConfig(_Section):
     # the request that made the same call (same prompt, enclosing it in time): one record, not two (LangChain's
     # OpenInference tracer + the OpenAI instrumentation); 0 pairs only what completes in the same sweep
     duplicate_call_window_seconds: float = Field(default=10.0, ge=0)
+    # OTLP requests are made durable (fsync, group commit) before they are acknowledged, replayed after a crash
+    # and deleted once their traces are queued (ragtrace_collector.internal.journal); off with shared_state (the
+    # spans wait in Redis) or here. journal_dir: None is <data_dir>/journal
+    journal: bool = True
+    journal_dir: str | None = None
 
 
 class AlwaysSampleConfig(_Section):
@@ -484,12 +521,12 @@ class ExplorerConfig(_Section):
     trace_links: dict[str, str] = Field(default_factory=dict)
     # Prometheus rules whose ragtrace:eval_score:threshold_table colours the score chips; None: the shipped rules
     rules_file: str | None = None
-    # Guessing the token (auth.bearer_token): a client address (an IPv6 /64) that sent this many wrong tokens
-    # (login form or API bearer header, counted together) within the window gets 429 with Retry-After until
-    # the oldest of them leaves the window; ragtrace_explorer_auth_attempts_total{via,status} counts them
-    max_failed_logins: int = Field(default=10, ge=1)
-    failed_login_window_seconds: float = Field(default=300.0, gt=0)
-    max_login_addresses: int = Field(default=10_000, ge=1)  # addresses tracked at once (least recent forgotten)
+    # Store reads (lists, records, sessions) run on the explorer's own threads, never on the pool /metrics and
+    # scoring share; past max_reads_in_flight (running and waiting) a read gets 503, past max_reads_per_client
+    # from one client address 429, both with Retry-After
+    read_threads: int = Field(default=2, ge=1)
+    max_reads_in_flight: int = Field(default=16, ge=1)
+    max_reads_per_client: int = Field(default=4, ge=1)
 
     @field_validator("trace_links")
     @classmethod
@@ -539,6 +576,9 @@ class CollectorConfig(BaseSettings):
 
     role: Literal["all", "receiver", "worker"] = "all"
     data_dir: str = "./ragtrace-data"
+    # A graceful stop (SIGTERM) ends within this, whatever the downstreams and the judge do: under Docker's 10 s
+    # grace before SIGKILL. What it leaves undone is counted (reason/outcome "shutdown") and stays durable.
+    shutdown_timeout_seconds: float = Field(default=8.0, gt=0)
     listen: ListenConfig = Field(default_factory=ListenConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -578,6 +618,13 @@ class CollectorConfig(BaseSettings):
     def queue_spill(self) -> str:
         """Where a receiver holds records while a Redis queue is unreachable, with the default filled in."""
         return self.queue.spill or str(Path(self.data_dir).resolve() / "redis-spill.sqlite")
+
+    @property
+    def journal_path(self) -> str | None:
+        """Where the assembly journal lives, or None when there is none (off, or in-flight spans in Redis)."""
+        if not self.assembly.journal or self.assembly.shared_state or not self.runs_receiver:
+            return None
+        return self.assembly.journal_dir or str(Path(self.data_dir).resolve() / "journal")
 
     @property
     def results_path(self) -> str:

@@ -18,15 +18,15 @@ ROOT = "ragtrace_collector"
 ALLOWED: dict[str, set[str]] = {
     "version": set(),
     "config": set(),
-    "internal": set(),
+    "internal": {"config"},  # building blocks every stage shares: credentials, host checks, secrets, URLs, Redis
     "model": set(),
-    "receiver": {"model", "config"},
+    "receiver": {"model", "config", "internal"},
     "queue": {"model", "config", "internal"},
     "processor": {"model", "config", "internal", "queue"},
-    "scoring": {"model", "config", "queue"},
+    "scoring": {"model", "config", "internal", "queue"},
     "telemetry": {"model", "config"},
-    "exporter": {"model", "config", "queue", "scoring", "telemetry"},
-    "explorer": {"model", "config", "scoring"},
+    "exporter": {"model", "config", "internal", "queue", "scoring", "telemetry"},
+    "explorer": {"model", "config", "internal", "scoring"},
     "examples": set(),
     "service": {
         "model",
@@ -43,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {
         "model",
         "config",
+        "internal",
         "receiver",
         "processor",
         "queue",

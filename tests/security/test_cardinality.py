@@ -253,3 +253,39 @@ def test_scoring_metrics_are_bounded_in_series():
     assert sum(s.value for s in scored if s.name == "ragtrace_eval_score_count") == 2_000  # nothing lost
     overflow = {s["metric"]: v for s, v in samples(text, "ragtrace_metric_series_overflow_total")}
     assert overflow.get("ragtrace_eval_score", 0) > 0
+
+
+async def test_a_steady_pipeline_wins_its_slot_back_from_a_junk_flood(served):
+    # issue 33: one-shot junk names sent first filled every slot, and a steady pipeline arriving later stayed in
+    # "other" until the junk idled out (label_idle_seconds, ten minutes). A name that keeps recurring must take the
+    # slot of a one-shot one within a few of its requests, while the flood goes on and stays bounded.
+    clock = ManualClock()
+    # 500 series: 5 {service,pipeline,model} combinations of ~88 series fit, 13 {service,pipeline} ones of ~38
+    collector = await served(clock=clock, max_series_per_label_set=500)
+    await collector.send([("bot", f"junk-{i:02}", "m") for i in range(60)])  # every slot, pipeline label's too
+    checkout = {"service": "bot", "pipeline": "checkout", "model": "m"}
+    own_at = None
+    for request in range(1, 11):  # one request a second, the flood sending fresh names in between
+        clock.t += 1.0
+        await collector.send([("bot", "checkout", "m")])
+        ttft = samples(await collector.scrape(), "ragtrace_time_to_first_token_seconds_count")
+        if any(s == checkout for s, _ in ttft):
+            own_at = request
+            break
+        await collector.send([("bot", f"junk-{request}-{i}", "m") for i in range(20)])
+    assert own_at is not None and own_at <= 3, f"still 'other' after {request} requests"
+
+    for _ in range(2):  # from then on its samples are its own
+        clock.t += 1.0
+        await collector.send([("bot", "checkout", "m")])
+        await collector.send([("bot", f"junk-late-{i}", "m") for i in range(20)])
+    text = await collector.scrape()
+    counts = {s["pipeline"]: v for s, v in samples(text, "ragtrace_time_to_first_token_seconds_count")}
+    assert counts["checkout"] == 3
+    received = dict((s["pipeline"], v) for s, v in samples(text, "ragtrace_traces_received_total"))
+    assert received["checkout"] == 3 and received["other"] > 0  # its earlier requests, and the flood, in "other"
+    per_model = samples(text, "ragtrace_time_to_first_token_seconds_count")
+    per_pipeline = samples(text, "ragtrace_traces_received_total")
+    assert len(per_model) <= 5 + 1 and len(per_pipeline) <= 13 + 1  # the budget (plus "other"), flood or not
+    evicted = {s["metric"]: v for s, v in samples(text, "ragtrace_metric_series_evicted_total")}
+    assert evicted.get("ragtrace_time_to_first_token_seconds", 0) >= 1  # the one-shot slot it took is counted

@@ -72,7 +72,7 @@ def test_allow_unauthenticated_starts_with_one_warning(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert out.count("with no credential (auth.allow_unauthenticated)") == 1, out
+    assert out.count("with no credential for ingest, read, review (auth.allow_unauthenticated)") == 1, out
 
 
 def test_token_with_loopback_and_all_interfaces(tmp_path: Path) -> None:

@@ -290,10 +290,13 @@ def test_contradictory_verdicts_in_evaluate_are_errors_never_scores(tmp_path, ca
     row = {"id": "r1", "user_input": "What is item 0?", "response": "Item 0 is blue.", "retrieved_contexts": ["x."]}
     data.write_text(json.dumps(row) + "\n")
     out = tmp_path / "out.jsonl"
+    key = tmp_path / "judge.key"
+    key.write_text("k")
     with ScriptedOpenAI(responder=contradicting(kind, repaired=False)) as server:
         status = main(
             [
-                "evaluate", str(data), "--judge", JUDGE, "--judge-base-url", server.base_url, "--judge-api-key", "k",
+                "evaluate", str(data), "--judge", JUDGE, "--judge-base-url", server.base_url,
+                "--judge-api-key-file", str(key),
                 "--max-retries", "0", "--metrics", ",".join(METRICS), "--no-progress", "--out", str(out),
             ]
         )  # fmt: skip

@@ -18,7 +18,7 @@ from tests.support import span_fixtures as F
 from tests.support.receiver_stack import ServedStack as Served
 
 PB = {"Content-Type": "application/x-protobuf"}
-TOKEN = "s3cret"
+TOKEN = "s3cret-0123456789abcdef"
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ class Fed:
     store: Path
     log: Path
     otlp: str = ""  # http://127.0.0.1:<OTLP/HTTP port>
+    proc: subprocess.Popen | None = None  # the collector process (signals, its exit)
     traces: dict[str, str] = field(default_factory=dict)  # turn name -> trace id, in the order they were sent
     turns: dict[str, Turn] = field(default_factory=dict)
 
@@ -141,10 +142,16 @@ def fed_collector(workdir: Path) -> Iterator[Fed]:
 
 @contextmanager
 def served_collector(
-    workdir: Path, explorer: dict | None = None, token: str | None = TOKEN, listen: dict | None = None
+    workdir: Path,
+    explorer: dict | None = None,
+    token: str | None = TOKEN,
+    listen: dict | None = None,
+    auth: dict | None = None,
+    extra: dict | None = None,
 ) -> Iterator[Fed]:
-    """Start the collector in ``workdir`` (``explorer`` and ``listen`` settings over the tests' own; ``token``
-    None: no authentication, the default), ready, nothing sent yet; stop it after."""
+    """Start the collector in ``workdir`` (``explorer``, ``listen`` and ``auth`` settings over the tests' own;
+    ``token`` None: no bearer token; ``extra``: any other settings, merged section by section), ready, nothing sent
+    yet; stop it after."""
     http_port, metrics_port = free_port(), free_port()
     config = {
         "data_dir": str(workdir / "data"),
@@ -155,11 +162,14 @@ def served_collector(
             "metrics_port": metrics_port,
             **(listen or {}),
         },
-        "auth": {"bearer_token": token},
+        "auth": {"bearer_token": token, **(auth or {})},
         "assembly": {"grace_seconds": 0.3, "sweep_interval_seconds": 0.05},
         "scoring": {"metrics": METRICS},
         "explorer": {"page_size": PAGE_SIZE, "trace_links": {"Jaeger": JAEGER}, **(explorer or {})},
     }
+    for key, value in (extra or {}).items():
+        section = config.get(key)
+        config[key] = {**section, **value} if isinstance(section, dict) else value
     (workdir / "collector.yaml").write_text(yaml.safe_dump(config))
     log = workdir / "collector.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGTRACE_")}
@@ -174,7 +184,7 @@ def served_collector(
             start_new_session=True,
         )
     base = f"http://127.0.0.1:{metrics_port}"
-    fed = Fed(base, token, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}")
+    fed = Fed(base, token, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}", proc=proc)
     try:
         deadline = time.monotonic() + 60
         while True:

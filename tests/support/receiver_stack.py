@@ -6,6 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from ragtrace_collector.config import AuthConfig
+from ragtrace_collector.internal.credentials import CredentialGuard
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
@@ -18,11 +20,15 @@ from ragtrace_collector.telemetry.ingest import IngestMetrics
 class Stack:
     """Ingestor → assembler with their metrics in a private registry; ``assembly`` goes to the state."""
 
-    def __init__(self, assembly: dict[str, Any] | None = None, **ingestor_kw: Any) -> None:
+    def __init__(
+        self, assembly: dict[str, Any] | None = None, bearer_token: str | None = None, **ingestor_kw: Any
+    ) -> None:
         self.registry = CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
         state = InMemoryAssemblyState(**{"grace_seconds": 0.0, **(assembly or {})})
         self.assembler = Assembler(state, observer=self.metrics)
+        if bearer_token is not None:  # ``auth.bearer_token``, checked as the service checks it
+            ingestor_kw["guard"] = CredentialGuard(AuthConfig(bearer_token=bearer_token), self.registry)
         self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)
 
     def sample(self, name: str, **labels: str) -> float:
@@ -44,8 +50,10 @@ class Stack:
 class ServedStack(Stack):
     """A :class:`Stack` with both OTLP receivers on loopback ports: ``url`` (HTTP) and ``target`` (gRPC)."""
 
-    def __init__(self, assembly: dict[str, Any] | None = None, **ingestor_kw: Any) -> None:
-        super().__init__(assembly, **ingestor_kw)
+    def __init__(
+        self, assembly: dict[str, Any] | None = None, bearer_token: str | None = None, **ingestor_kw: Any
+    ) -> None:
+        super().__init__(assembly, bearer_token, **ingestor_kw)
         self.http = OtlpHttpReceiver(self.ingestor)
         self.grpc = OtlpGrpcReceiver(self.ingestor)
 

@@ -100,6 +100,7 @@ class LoggedRequest:
     status: int | None = None  # what the server answered (None: dropped or not yet answered)
     prompt_tokens: int = 0  # the usage the server reported in its reply
     completion_tokens: int = 0
+    authorization: str | None = None  # the Authorization header it came with (the judge's API key)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -259,8 +260,8 @@ class ScriptedOpenAI:
             return [r for r in self.requests if r.path.endswith("/embeddings")]
 
     # internals ------------------------------------------------------------------------------
-    def _log(self, path: str, body: Any) -> LoggedRequest:
-        entry = LoggedRequest(path, body)
+    def _log(self, path: str, body: Any, authorization: str | None = None) -> LoggedRequest:
+        entry = LoggedRequest(path, body, authorization=authorization)
         with self._lock:
             self.requests.append(entry)
         return entry
@@ -395,7 +396,7 @@ def _make_handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = None
             path = self.path.split("?", 1)[0]
-            logged = server._log(path, body)
+            logged = server._log(path, body, self.headers.get("Authorization"))
             if not isinstance(body, dict):
                 self._send_json(
                     400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}}

@@ -73,9 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="base URL of an OpenAI-compatible endpoint (judge.base_url, env RAGTRACE_JUDGE__BASE_URL)",
     )
     parser.add_argument(
-        "--judge-api-key",
-        help="API key for the judge (judge.api_key, env RAGTRACE_JUDGE__API_KEY; else the provider's own env var)",
+        "--judge-api-key-file",
+        help="file holding the judge's API key (judge.api_key; or env RAGTRACE_JUDGE__API_KEY, else the provider's"
+        " own env var)",
     )
+    # A key on the command line is shown to every user of the machine (ps) and kept in shell history: refused.
+    parser.add_argument("--judge-api-key", help=argparse.SUPPRESS)
     parser.add_argument(
         "--embedding-model",
         help="litellm embedding model for the LLM judge (judge.embedding_model; default: the local ONNX embedder)",
@@ -247,6 +250,22 @@ def _given(tree: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+KEY_ON_COMMAND_LINE = (
+    "--judge-api-key puts the key where every user of this machine can read it (ps, shell history): set"
+    " RAGTRACE_JUDGE__API_KEY (or the provider's own variable, e.g. OPENAI_API_KEY), or pass --judge-api-key-file"
+)
+
+
+def read_key_file(path: str | None) -> str | None:
+    """The key in ``path`` (surrounding whitespace dropped), or None without a path; ``ValueError`` when empty."""
+    if path is None:
+        return None
+    key = Path(path).read_text(encoding="utf-8").strip()
+    if not key:
+        raise ValueError(f"{path}: the judge API key file is empty")
+    return key
+
+
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The flags given, as overrides of the configuration's ``judge`` and ``scoring`` sections."""
 
@@ -259,7 +278,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
             "judge": {
                 "model": arg("judge"),
                 "base_url": arg("judge_base_url"),
-                "api_key": arg("judge_api_key"),
+                "api_key": read_key_file(arg("judge_api_key_file")),
                 "embedding_model": arg("embedding_model"),
                 "concurrency": arg("concurrency"),
                 "timeout_seconds": arg("timeout"),
@@ -363,9 +382,14 @@ async def _score_rows(
     out_fh: Any,
     progress: Any,
     task_id: Any,
+    scrubber: Any = None,
 ) -> dict[str, int]:
+    from ragtrace_collector.internal.secrets import Scrubber
     from ragtrace_collector.model.result import JudgeUsage
     from ragtrace_collector.scoring.engine import evaluate_record
+    from ragtrace_collector.scoring.worker import scrubbed
+
+    scrubber = scrubber if scrubber is not None else Scrubber()
 
     counts = {"scored": 0, "bad": 0, "resumed": 0}
     seen: set[str] = set()
@@ -404,9 +428,10 @@ async def _score_rows(
                 return
             async with sem:
                 try:
-                    results = await evaluate_record(parsed, todo, judge, options)
+                    results = [scrubbed(r, scrubber) for r in await evaluate_record(parsed, todo, judge, options)]
                 except Exception as exc:  # the engine does not raise; this guards the run regardless
-                    await write({"id": row_id, "line": lineno, "error": f"{type(exc).__name__}: {exc}"})
+                    error = scrubber.scrub(f"{type(exc).__name__}: {exc}")
+                    await write({"id": row_id, "line": lineno, "error": error})
                     counts["bad"] += 1
                     return
             prev_usage = prev.get("usage")
@@ -516,17 +541,24 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from ragtrace_collector.config import describe_error, load_config
+    from ragtrace_collector.internal.secrets import Scrubber, config_secrets, install_log_scrubber
+    from ragtrace_collector.internal.urls import mask_credentials_in
     from ragtrace_collector.scoring.engine import unknown_metrics
     from ragtrace_collector.scoring.metrics.geval import load_dag
     from ragtrace_collector.scoring.options import ScoringOptions
     from ragtrace_collector.service.scoring import judge_from_config
 
     err = Console(stderr=True)
+    if getattr(args, "judge_api_key", None) is not None:
+        err.print(f"[red]error:[/red] {escape(KEY_ON_COMMAND_LINE)}")
+        return 2
     try:
         config = load_config(args.config, config_overrides(args))
     except (OSError, ValueError) as exc:
-        err.print(f"[red]error:[/red] bad configuration: {escape(describe_error(exc))}")
+        err.print(f"[red]error:[/red] bad configuration: {escape(mask_credentials_in(describe_error(exc)))}")
         return 2
+    scrubber = Scrubber(config_secrets(config, os.environ))
+    install_log_scrubber(scrubber)  # a provider echoing the key in an error must not put it in the log
     metrics = list(config.scoring.metrics)
     unknown = unknown_metrics(metrics)
     if not metrics or unknown:
@@ -584,6 +616,7 @@ def run(args: argparse.Namespace) -> int:
                     out_fh,
                     progress,
                     task_id,
+                    scrubber,
                 )
         finally:
             await judge.aclose()

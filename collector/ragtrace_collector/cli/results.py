@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from ragtrace_collector.cli.printable import json_line, printable
 from ragtrace_collector.explorer.query import parse_duration, parse_time
+from ragtrace_collector.internal.urls import mask_credentials_in
 from ragtrace_collector.model.result import CLAIM_WORDS, unsupported_claim_verdicts
 from ragtrace_collector.model.result import unsupported_claims as _unsupported
 from ragtrace_collector.scoring.results_store import ResultFilter, ResultsStore, StoredResult
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         path = store_path(args)
     except (OSError, ValueError) as exc:  # missing or invalid --config
-        print(f"ragtrace-collector results: bad configuration: {exc}", file=sys.stderr)
+        print(f"ragtrace-collector results: bad configuration: {mask_credentials_in(str(exc))}", file=sys.stderr)
         return 2
     if not path.exists():
         print(f"no results store at {path} (has the collector scored anything yet?)", file=sys.stderr)

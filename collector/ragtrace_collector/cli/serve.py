@@ -1,7 +1,9 @@
 """``ragtrace-collector serve``: run the collector until SIGTERM/SIGINT, then shut down gracefully.
 
-Shutdown stops the receivers, flushes every in-flight trace through sampling into the queue, and gives
-the scoring worker ``--drain-timeout`` seconds to finish what it leased (the rest stays queued).
+Shutdown stops the receivers, flushes every in-flight trace through sampling into the queue, and gives the
+scoring worker, its exporters and the forwarder what remains of ``shutdown_timeout_seconds`` (``--drain-timeout``,
+default 8 s: under Docker's 10 s grace before SIGKILL) to finish; what they leave is counted, unscored records stay
+queued and scores not exported are sent again at the next start.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
+import sqlite3
 import sys
 
 from ragtrace_collector.config import CollectorConfig, describe_error, load_config
+from ragtrace_collector.internal.secrets import Scrubber, config_secrets, install_log_scrubber
+from ragtrace_collector.internal.urls import mask_credentials_in
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--judge", help=f"judge model: 'local' (embedded) or a litellm model name (default {defaults.judge.model})"
     )
-    parser.add_argument("--drain-timeout", type=float, default=10.0, help="seconds to let scoring finish on stop")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds a graceful stop may take in all, whatever the downstreams do (default: shutdown_timeout_seconds,"
+        f" {defaults.shutdown_timeout_seconds:g})",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
 
@@ -65,6 +76,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     put(("queue", "url"), getattr(args, "queue_url", None))
     put(("sampling", "rate"), getattr(args, "sampling_rate", None))
     put(("judge", "model"), getattr(args, "judge", None))
+    put(("shutdown_timeout_seconds",), getattr(args, "drain_timeout", None))
     return out
 
 
@@ -81,8 +93,9 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
-async def serve(config, drain_timeout: float = 10.0, stop_event: asyncio.Event | None = None) -> None:
-    """Run a :class:`CollectorApp` until ``stop_event`` is set (or SIGTERM/SIGINT arrives)."""
+async def serve(config, drain_timeout: float | None = None, stop_event: asyncio.Event | None = None) -> None:
+    """Run a :class:`CollectorApp` until ``stop_event`` is set (or SIGTERM/SIGINT arrives), then stop it within
+    ``drain_timeout`` seconds (None: the config's ``shutdown_timeout_seconds``)."""
     from ragtrace_collector.service.app import CollectorApp
 
     stop_event = stop_event or asyncio.Event()
@@ -119,11 +132,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides_from_args(args))
     except (OSError, ValueError) as exc:
-        print(f"ragtrace-collector serve: bad configuration: {describe_error(exc)}", file=sys.stderr)
+        print(
+            f"ragtrace-collector serve: bad configuration: {mask_credentials_in(describe_error(exc))}", file=sys.stderr
+        )
         return 2
+    # configured secrets never reach the log, whoever echoes them (a provider's error, a URL)
+    install_log_scrubber(Scrubber(config_secrets(config, os.environ)))
     try:
-        asyncio.run(serve(config, args.drain_timeout))
-    except (OSError, ValueError) as exc:  # a port in use, an unknown metric, an unreachable queue...
-        print(f"ragtrace-collector serve: cannot start: {exc}", file=sys.stderr)
+        asyncio.run(serve(config))  # --drain-timeout is the config's shutdown_timeout_seconds
+    # a port in use, an unknown metric, an unreachable queue, a data file that cannot be written (sqlite3.Error: a
+    # store opened elsewhere than the queue and results store, which say which file and what to set)...
+    except (OSError, ValueError, sqlite3.Error) as exc:
+        print(f"ragtrace-collector serve: cannot start: {mask_credentials_in(str(exc))}", file=sys.stderr)
         return 1
     return 0

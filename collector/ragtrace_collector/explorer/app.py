@@ -1,6 +1,6 @@
 """The records explorer's HTTP side: HTML pages and the JSON API, added to an aiohttp application.
 
-Routes (all GET, read-only, except the login form's POST):
+Routes (all GET, read-only, except the sign-in and sign-out forms' POSTs):
 
 * ``/explorer/`` — the records list (filters in the query string, see :mod:`.query`);
 * ``/explorer/records/{trace_id}`` — one record: question, answer with its claims by verdict, contexts,
@@ -8,12 +8,12 @@ Routes (all GET, read-only, except the login form's POST):
 * ``/explorer/sessions/{session_id}`` — a conversation's turns with their scores;
 * ``/api/v1/records``, ``/api/v1/records/{trace_id}``, ``/api/v1/sessions/{session_id}`` — the same as JSON
   (documented in ``docs/explorer.md``);
-* ``/explorer/login`` — with ``auth.bearer_token`` set, a browser gives the token once and gets a cookie
-  (HttpOnly, SameSite=Strict) holding an HMAC of it, never the token; API clients send
-  ``Authorization: Bearer <token>``. Wrong tokens (the form's and the header's together) are limited per
-  client address (:mod:`.login_limit`, ``explorer.max_failed_logins`` per ``failed_login_window_seconds``):
-  past the limit 429 with ``Retry-After``; ``ragtrace_explorer_auth_attempts_total{via,status}`` counts
-  every token checked (via ``login`` or ``bearer``; status ``ok``, ``unauthenticated``, ``rate_limited``).
+* ``/explorer/login`` — with a read token configured (``auth.bearer_token``, ``auth.read_tokens`` or
+  ``auth.review_tokens``), a browser gives a token once and gets a session cookie (a random id: HttpOnly,
+  SameSite=Strict, Secure over TLS, ``auth.session_hours`` long, :mod:`.sessions`); ``POST /explorer/logout`` ends
+  it. API clients send ``Authorization: Bearer <token>``. Tokens are checked by the collector's one
+  :class:`~ragtrace_collector.internal.credentials.CredentialGuard`: wrong ones (from every listener together)
+  are limited per client address, past the limit 429 with ``Retry-After``; an ingest token gets 403.
 
 Pages are Jinja2 templates with autoescaping on: every text from traced traffic (questions, answers,
 contexts, judge reasons) is escaped. No script runs on the pages (the CSP says so); every asset ships in
@@ -23,24 +23,23 @@ the package. Store reads and rendering run off the event loop: the receivers sha
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import functools
 import json
 import logging
 import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from prometheus_client import CollectorRegistry, Counter
 
-from ragtrace_collector.config import ExplorerConfig
-from ragtrace_collector.explorer.login_limit import LoginLimiter
+from ragtrace_collector.config import AuthConfig, ExplorerConfig
 from ragtrace_collector.explorer.query import OUTCOMES, SORTS, WINDOWS, BadQuery, kept_params, parse_query
+from ragtrace_collector.explorer.sessions import Sessions
 from ragtrace_collector.explorer.thresholds import Thresholds, load_thresholds
 from ragtrace_collector.explorer.views import (
     EXPLORER_PATH,
@@ -50,15 +49,15 @@ from ragtrace_collector.explorer.views import (
     session_path,
     summary_view,
 )
-from ragtrace_collector.scoring.results_store import RecordQuery, ResultsStore
+from ragtrace_collector.internal.credential_limit import client_key
+from ragtrace_collector.internal.credentials import VIA_BEARER, VIA_LOGIN, CredentialGuard, Outcome, Scope
+from ragtrace_collector.scoring.results_store import FACET_LIMIT, RecordQuery, ResultsStore
 
 log = logging.getLogger(__name__)
 
 API_PATH = "/api/v1/"
 COOKIE = "ragtrace_explorer"
-# label values of ragtrace_explorer_auth_attempts_total
-LOGIN, BEARER = "login", "bearer"
-OK, UNAUTHENTICATED, RATE_LIMITED = "ok", "unauthenticated", "rate_limited"
+_AUTH = AuthConfig()  # the defaults are the config's (``auth`` section), written once there
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
@@ -70,6 +69,36 @@ _SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R")
+
+
+class ReadGate:
+    """Bounds the store reads in flight: ``max_total`` running and waiting, ``max_per_client`` of one client
+    address (``enter`` answers the refusal to raise, or None and counts the read until ``leave``)."""
+
+    def __init__(self, max_total: int, max_per_client: int) -> None:
+        self.max_total, self.max_per_client = max_total, max_per_client
+        self.total = 0
+        self.per_client: dict[str, int] = {}
+
+    def enter(self, client: str) -> web.HTTPException | None:
+        if self.total >= self.max_total:
+            return web.HTTPServiceUnavailable(text="explorer busy, retry shortly\n", headers={"Retry-After": "1"})
+        if self.per_client.get(client, 0) >= self.max_per_client:
+            return web.HTTPTooManyRequests(
+                text="too many explorer requests from your address at once\n", headers={"Retry-After": "1"}
+            )
+        self.total += 1
+        self.per_client[client] = self.per_client.get(client, 0) + 1
+        return None
+
+    def leave(self, client: str) -> None:
+        self.total -= 1
+        left = self.per_client.get(client, 1) - 1
+        if left:
+            self.per_client[client] = left
+        else:
+            self.per_client.pop(client, None)
 
 
 def fmt_score(value: Any) -> str:
@@ -84,36 +113,26 @@ def fmt_seconds(value: Any) -> str:
 
 
 class Explorer:
-    """Serves the results store at ``store_path`` read-only; ``bearer_token`` (``auth.bearer_token``) guards it."""
+    """Serves the results store at ``store_path`` read-only, to holders of a read credential (``guard``)."""
 
     def __init__(
         self,
         store_path: str,
         config: ExplorerConfig,
-        bearer_token: str | None = None,
+        guard: CredentialGuard | None = None,
+        session_hours: float = _AUTH.session_hours,
         thresholds: Thresholds | None = None,
-        registry: CollectorRegistry | None = None,
     ) -> None:
         self.store_path = store_path
         self.config = config
         self.thresholds = thresholds if thresholds is not None else load_thresholds(config.rules_file)
-        self._token = bearer_token.encode() if bearer_token else None
-        # the browser's cookie proves the token without being it
-        self._cookie = (
-            hmac.new(self._token, b"ragtrace-explorer-session", hashlib.sha256).hexdigest() if self._token else None
-        )
+        self.guard = guard if guard is not None else CredentialGuard()  # no tokens: open, as on loopback
+        self.sessions = Sessions(session_hours * 3600.0)
         self._store: ResultsStore | None = None
         self._store_lock = threading.Lock()
-        self.limiter = LoginLimiter(
-            config.max_failed_logins, config.failed_login_window_seconds, config.max_login_addresses
-        )
-        self.auth_attempts = Counter(
-            "ragtrace_explorer_auth_attempts",
-            "Explorer tokens checked, by where they came from (login form, bearer header) and outcome (ok, "
-            "unauthenticated, rate_limited: the address sent explorer.max_failed_logins wrong ones in the window).",
-            ("via", "status"),
-            registry=registry if registry is not None else CollectorRegistry(),
-        )
+        # the explorer's own readers: a crowd of list requests never starves /metrics or scoring of threads
+        self._pool = ThreadPoolExecutor(config.read_threads, thread_name_prefix="ragtrace-explorer")
+        self._reads = ReadGate(config.max_reads_in_flight, config.max_reads_per_client)
         self.env = Environment(
             loader=PackageLoader("ragtrace_collector.explorer", "templates"),
             autoescape=True,
@@ -126,7 +145,7 @@ class Explorer:
             explorer=EXPLORER_PATH,
             session_path=session_path,
             latency_fields=LATENCY_FIELDS,
-            auth=self._token is not None,
+            auth=self.guard.required(Scope.READ),
         )
         self._css = resources.files("ragtrace_collector.explorer").joinpath("static/explorer.css").read_bytes()
 
@@ -139,11 +158,14 @@ class Explorer:
         app.router.add_get(EXPLORER_PATH + "static/explorer.css", self.stylesheet)
         app.router.add_get(EXPLORER_PATH + "login", self.login_form)
         app.router.add_post(EXPLORER_PATH + "login", self.login)
+        app.router.add_post(EXPLORER_PATH + "logout", self.logout)
         app.router.add_get(API_PATH + "records", self._guard(self.api_records, api=True))
         app.router.add_get(API_PATH + "records/{key}", self._guard(self.api_record, api=True))
         app.router.add_get(API_PATH + "sessions/{session_id:.+}", self._guard(self.api_session, api=True))
+        app.router.add_get(API_PATH + "facets", self._guard(self.api_facets, api=True))
 
     def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._store_lock:
             if self._store is not None:
                 self._store.close()
@@ -157,44 +179,24 @@ class Explorer:
             return self._store
 
     # --- auth ---
-    def authorized(self, request: web.Request) -> tuple[bool, int | None]:
-        """(allowed, seconds to wait): without a configured token, everyone; else a login cookie or a matching
-        bearer token (constant time).
-
-        A bearer token is a guess the limiter counts; from an address past its limit none is checked and the
-        seconds until it may try again come back. A request without a token makes no guess."""
-        if self._token is None or self._cookie is None:
-            return True, None
-        cookie = request.cookies.get(COOKIE, "")
-        if hmac.compare_digest(cookie.encode("utf-8", "replace"), self._cookie.encode()):
-            return True, None
-        header = request.headers.get("Authorization", "")
-        if not header.strip():
-            return False, None
-        wait = self.limiter.retry_after(request.remote)
-        if wait is not None:
-            self.auth_attempts.labels(BEARER, RATE_LIMITED).inc()
-            return False, wait
-        scheme, _, credentials = header.strip().partition(" ")
-        try:
-            given = credentials.strip().encode()
-        except UnicodeEncodeError:
-            given = b""
-        if hmac.compare_digest(given, self._token) & (scheme.lower() == "bearer"):
-            self.auth_attempts.labels(BEARER, OK).inc()
-            self.limiter.succeeded(request.remote)
-            return True, None
-        self.auth_attempts.labels(BEARER, UNAUTHENTICATED).inc()
-        self.limiter.failed(request.remote)
-        return False, None
+    def authorized(self, request: web.Request) -> Outcome:
+        """Whether ``request`` may read: without a read token configured, everyone; else a live session cookie
+        or an ``Authorization: Bearer`` read token (checked, limited and counted by the guard)."""
+        if not self.guard.required(Scope.READ):
+            return Outcome.OK
+        if Scope.READ in self.sessions.scopes(request.cookies.get(COOKIE)):
+            return Outcome.OK
+        return self.guard.check_header(request.headers.get("Authorization"), Scope.READ, request.remote, VIA_BEARER)
 
     def _guard(self, handler: Handler, api: bool = False) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
-            allowed, wait = self.authorized(request)
-            if allowed:
+            outcome = self.authorized(request)
+            if outcome is Outcome.OK:
                 return await handler(request)
-            if wait is not None:  # too many wrong tokens from this address
-                return _too_many(wait)
+            if outcome is Outcome.RATE_LIMITED:  # too many wrong tokens from this address
+                return _too_many(self.guard.retry_after(request.remote) or 1)
+            if outcome is Outcome.FORBIDDEN:
+                return _json({"error": "forbidden: this token may not read records (an ingest token)"}, status=403)
             if api:
                 return _json(
                     {"error": "unauthorized: send Authorization: Bearer <token>"},
@@ -207,31 +209,44 @@ class Explorer:
         return guarded
 
     async def login_form(self, request: web.Request) -> web.StreamResponse:
-        if self._token is None:
+        if not self.guard.required(Scope.READ):
             raise web.HTTPSeeOther(EXPLORER_PATH)
         context = {"next": _safe_next(request.query.get("next")), "failed": False, "retry_after": None}
         return self._html("login.html", context)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        if self._token is None or self._cookie is None:
+        if not self.guard.required(Scope.READ):
             raise web.HTTPSeeOther(EXPLORER_PATH)
         form = await request.post()
         token = str(form.get("token", ""))
         target = _safe_next(str(form.get("next", "")))
-        wait = self.limiter.retry_after(request.remote)
-        if wait is not None:  # checked before the token: a hit must look like a miss while limited
-            self.auth_attempts.labels(LOGIN, RATE_LIMITED).inc()
+        outcome = self.guard.check_token(token or "\0", Scope.READ, request.remote, VIA_LOGIN)
+        if outcome is Outcome.RATE_LIMITED:  # checked before the token: a hit must look like a miss while limited
+            wait = self.guard.retry_after(request.remote) or 1
             response = self._html("login.html", {"next": target, "failed": False, "retry_after": wait}, status=429)
             response.headers["Retry-After"] = str(wait)
             return response
-        if not hmac.compare_digest(token.encode("utf-8", "replace"), self._token):
-            self.auth_attempts.labels(LOGIN, UNAUTHENTICATED).inc()
-            self.limiter.failed(request.remote)
-            return self._html("login.html", {"next": target, "failed": True, "retry_after": None}, status=401)
-        self.auth_attempts.labels(LOGIN, OK).inc()
-        self.limiter.succeeded(request.remote)
+        if outcome is not Outcome.OK:
+            status = 403 if outcome is Outcome.FORBIDDEN else 401
+            failed = "forbidden" if outcome is Outcome.FORBIDDEN else "wrong"
+            return self._html("login.html", {"next": target, "failed": failed, "retry_after": None}, status=status)
         response = web.HTTPSeeOther(target)
-        response.set_cookie(COOKIE, self._cookie, httponly=True, samesite="Strict", path="/")
+        response.set_cookie(
+            COOKIE,
+            self.sessions.start(self.guard.scopes_of(token)),
+            max_age=int(self.sessions.lifetime),
+            httponly=True,
+            samesite="Strict",
+            secure=_over_tls(request),
+            path="/",
+        )
+        raise response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        """End the browser's session (the host check has refused cross-site posts) and forget its cookie."""
+        self.sessions.end(request.cookies.get(COOKIE))
+        response = web.HTTPSeeOther(EXPLORER_PATH + "login")
+        response.del_cookie(COOKIE, path="/")
         raise response
 
     async def _to_list(self, request: web.Request) -> web.StreamResponse:
@@ -252,7 +267,11 @@ class Explorer:
             return query, {"total": 0, "records": [], "facets": _NO_FACETS}
         page = store.records(query)
         rows = [summary_view(r, self.thresholds, query.metric) for r in page.records]
-        return query, {"total": page.total, "records": rows, "facets": store.facets()}
+        facets = store.facets()
+        for name, chosen in (("services", query.service), ("pipelines", query.pipeline)):
+            if chosen is not None and chosen not in facets[name]:  # a rarer value, given in the URL, stays chosen
+                facets[name] = sorted([*facets[name], chosen])
+        return query, {"total": page.total, "records": rows, "facets": facets}
 
     def _detail(self, key: str) -> dict[str, Any] | None:
         store = self.store()
@@ -269,7 +288,7 @@ class Explorer:
     # --- pages ---
     async def records_page(self, request: web.Request) -> web.StreamResponse:
         try:
-            query, found = await asyncio.to_thread(self._list, request.query)
+            query, found = await self._read(request, self._list, request.query)
         except BadQuery as exc:
             return self._html("error.html", {"status": 400, "message": str(exc)}, status=400)
         kept = kept_params(request.query)
@@ -319,14 +338,14 @@ class Explorer:
         return await self._render("records.html", context)
 
     async def record_page(self, request: web.Request) -> web.StreamResponse:
-        view = await asyncio.to_thread(self._detail, request.match_info["key"])
+        view = await self._read(request, self._detail, request.match_info["key"])
         if view is None:
             return self._html("error.html", {"status": 404, "message": "no such record in the results store"}, 404)
         return await self._render("record.html", {"r": view})
 
     async def session_page(self, request: web.Request) -> web.StreamResponse:
         session_id = request.match_info["session_id"]
-        turns = await asyncio.to_thread(self._session, session_id)
+        turns = await self._read(request, self._session, session_id)
         if not turns:
             return self._html("error.html", {"status": 404, "message": "no scored records in this session"}, 404)
         return await self._render("session.html", {"session_id": session_id, "turns": turns})
@@ -334,7 +353,7 @@ class Explorer:
     # --- JSON API ---
     async def api_records(self, request: web.Request) -> web.StreamResponse:
         try:
-            query, found = await asyncio.to_thread(self._list, request.query)
+            query, found = await self._read(request, self._list, request.query)
         except BadQuery as exc:
             return _json({"error": str(exc)}, status=400)
         origin = str(request.url.origin())
@@ -351,7 +370,7 @@ class Explorer:
         )
 
     async def api_record(self, request: web.Request) -> web.StreamResponse:
-        view = await asyncio.to_thread(self._detail, request.match_info["key"])
+        view = await self._read(request, self._detail, request.match_info["key"])
         if view is None:
             return _json({"error": "no such record in the results store"}, status=404)
         view.pop("answer_segments", None)  # a page layout detail; claims carry the same information
@@ -359,14 +378,39 @@ class Explorer:
 
     async def api_session(self, request: web.Request) -> web.StreamResponse:
         session_id = request.match_info["session_id"]
-        turns = await asyncio.to_thread(self._session, session_id)
+        turns = await self._read(request, self._session, session_id)
         if not turns:
             return _json({"error": "no scored records in this session"}, status=404)
         return _json({"session_id": session_id, "turns": turns})
 
+    async def api_facets(self, request: web.Request) -> web.StreamResponse:
+        """The filters' values, each the most frequent ``limit`` (at most 1,000), containing ``q`` where given."""
+        try:
+            limit = min(1000, max(1, int(request.query.get("limit", FACET_LIMIT))))
+        except ValueError:
+            return _json({"error": "limit must be a whole number"}, status=400)
+        search = request.query.get("q") or None
+        return _json(await self._read(request, self._facets, limit, search))
+
+    def _facets(self, limit: int = FACET_LIMIT, search: str | None = None) -> dict[str, list[str]]:
+        store = self.store()
+        return store.facets(limit, search) if store is not None else _NO_FACETS
+
+    async def _read(self, request: web.Request, fn: Callable[..., R], *args: Any) -> R:
+        """Run a store read on the explorer's threads, within its bounds (503 / 429 + ``Retry-After`` past them)."""
+        client = client_key(request.remote)
+        refusal = self._reads.enter(client)
+        if refusal is not None:
+            raise refusal
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        finally:
+            self._reads.leave(client)
+
     # --- rendering ---
     async def _render(self, template: str, context: dict[str, Any], status: int = 200) -> web.Response:
-        text = await asyncio.to_thread(self.env.get_template(template).render, **context)
+        render = functools.partial(self.env.get_template(template).render, **context)
+        text = await asyncio.get_running_loop().run_in_executor(self._pool, render)
         return web.Response(text=text, status=status, content_type="text/html", headers=_SECURITY_HEADERS)
 
     def _html(self, template: str, context: dict[str, Any], status: int = 200) -> web.Response:
@@ -382,6 +426,12 @@ def _safe_next(target: str | None) -> str:
     if target and target.startswith(EXPLORER_PATH) and "\\" not in target and "//" not in target:
         return target
     return EXPLORER_PATH
+
+
+def _over_tls(request: web.Request) -> bool:
+    """Whether the browser reached the explorer over TLS (directly, or through a proxy that says so): the
+    session cookie is then ``Secure``. A client lying here only makes its own cookie stricter."""
+    return request.secure or request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower() == "https"
 
 
 def _too_many(retry_after: int) -> web.Response:

@@ -10,7 +10,9 @@ appends to a queue bounded in requests and bytes, and a background thread with i
 what cannot be delivered is counted in ``ragtrace_forward_dropped_total{reason}`` (a fixed set: ``queue_full``,
 ``too_large``, ``http_<status>``, ``grpc_<code>``, ``unreachable``, ``timeout``, ``shutdown``), never lost silently.
 Retryable answers (HTTP 429/502/503/504, gRPC UNAVAILABLE..., refused connections, timeouts) are retried with
-exponential backoff, ``Retry-After`` honoured, up to ``max_attempts`` in all, as the OTLP exporters do.
+exponential backoff, ``Retry-After`` honoured, up to ``max_attempts`` in all, as the OTLP exporters do. A
+redirect is never followed (it is counted ``http_3xx``, the log saying where it pointed) and a reply's body is
+read up to ``MAX_REPLY_BYTES`` (see :mod:`~ragtrace_collector.exporter.sender_loop`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ForwardConfig
-from ragtrace_collector.exporter.sender_loop import SenderLoop
+from ragtrace_collector.exporter.sender_loop import SenderLoop, describe_status, read_reply
+from ragtrace_collector.internal.urls import mask_credentials, mask_credentials_in
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +284,7 @@ class Forwarder:
             session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 connector=aiohttp.TCPConnector(limit=self.concurrency),
+                auto_decompress=False,  # the reply's body is never looked at: no gzip bomb to inflate
             )
             send = self._http_sender(session)
         try:
@@ -334,7 +338,7 @@ class Forwarder:
         self.dropped.labels(reason).inc()
         if reason not in self._logged:  # once per reason: a dead backend must not flood the log
             self._logged.add(reason)
-            log.warning("forwarding to %s: a request dropped (%s: %s)", self.endpoint, reason, detail)
+            log.warning("forwarding to %s: a request dropped (%s: %s)", mask_credentials(self.endpoint), reason, detail)
 
     def _http_sender(self, session: aiohttp.ClientSession) -> Any:
         url = traces_url(self.endpoint)
@@ -346,18 +350,18 @@ class Forwarder:
                 body = gzip.compress(body, compresslevel=5)
                 headers["Content-Encoding"] = "gzip"
             try:
-                async with session.post(url, data=body, headers=headers) as reply:
-                    await reply.read()
+                async with session.post(url, data=body, headers=headers, allow_redirects=False) as reply:
+                    await read_reply(reply)
                     if reply.status < 300:
                         return
-                    detail = f"HTTP {reply.status}"
+                    detail = describe_status(reply.status, reply.headers.get("Location"))
                     if reply.status in RETRYABLE_HTTP:
                         raise _Retry(http_reason(reply.status), detail, _retry_after(reply.headers.get("Retry-After")))
                     raise _Drop(http_reason(reply.status), detail)
             except asyncio.TimeoutError as exc:
                 raise _Retry(TIMEOUT, f"no answer within {self.timeout:g} s") from exc
             except (aiohttp.ClientError, OSError) as exc:
-                raise _Retry(UNREACHABLE, f"{type(exc).__name__}: {exc}") from exc
+                raise _Retry(UNREACHABLE, mask_credentials_in(f"{type(exc).__name__}: {exc}")) from exc
 
         return send
 
@@ -365,6 +369,7 @@ class Forwarder:
         call: Any = channel.unary_unary(GRPC_METHOD)  # no (de)serialisers: the bytes go as they are
         metadata = tuple((k.lower(), v) for k, v in self.headers.items())
         compression = grpc.Compression.Gzip if self.compression == "gzip" else None
+        target, _ = grpc_target(self.endpoint)  # gRPC's errors quote it without a scheme: masked here
 
         async def send(request: _Request) -> None:
             body = request.message.SerializeToString() if request.message is not None else request.body
@@ -372,7 +377,7 @@ class Forwarder:
                 await call(body, timeout=self.timeout, metadata=metadata, compression=compression)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
-                detail = f"{code.name}: {exc.details()}"
+                detail = f"{code.name}: {exc.details()}".replace(target, mask_credentials(target))
                 if code in RETRYABLE_GRPC:
                     raise _Retry(grpc_reason(code), detail) from exc
                 raise _Drop(grpc_reason(code), detail) from exc

@@ -13,25 +13,37 @@ any trace's duration.
 
 Records go through the OTel logs SDK's batch processor and OTLP log exporter (HTTP/protobuf or gRPC) on a
 private ``LoggerProvider`` (never the global one, so an app embedding the collector keeps its own). Sending never
-blocks scoring: the batch processor drops on overflow and a dead downstream only costs log lines.
+blocks scoring: the batch processor drops on overflow and a dead downstream only costs log lines. Over HTTP the
+exporter's session reads a reply's body up to ``MAX_REPLY_BYTES`` and fails a redirect (the SDK counts a 3xx as
+delivered; see :mod:`~ragtrace_collector.exporter.sender_loop`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import requests
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    LogRecordExporter,
+    LogRecordExportResult,
+    SimpleLogRecordProcessor,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace import attributes as A
+from ragtrace_collector.exporter.sender_loop import MAX_REPLY_BYTES, describe_status
+from ragtrace_collector.internal.urls import mask_credentials
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult, unsupported_claim_verdicts, unsupported_claims
 
@@ -41,6 +53,28 @@ SERVICE_NAME = "ragtrace-collector"
 SCOPE = "ragtrace.collector.evaluation"
 MAX_EXPLANATION_CHARS = 2000
 LOGS_PATH = "/v1/logs"
+EXPORTER = "otlp_events"  # the name its confirmations are kept under in the results store
+STATUSES = ("scored", "error")  # the results it sends
+#: The event attribute naming the result it carries, ``<record key>/<metric>``: the same for every delivery of one
+#: result, so a backend (or a query) can keep one event per id when a restart sends a result again.
+EVALUATION_ID = "ragtrace.evaluation.id"
+OUTCOMES = ("sent", "failed", "shutdown")
+
+#: Told the ``(record key, metric)`` results whose events the endpoint took, from the exporting thread.
+Confirm = Callable[[list[tuple[str, str]]], None]
+
+
+def evaluation_id(record_key: str, metric: str) -> str:
+    """The deterministic id of one result's event (:data:`EVALUATION_ID`)."""
+    return f"{record_key}/{metric}"
+
+
+def parse_evaluation_id(value: object) -> tuple[str, str] | None:
+    """``(record key, metric)`` of an :func:`evaluation_id` (metric names hold no ``/``)."""
+    if not isinstance(value, str) or "/" not in value:
+        return None
+    key, _, metric = value.rpartition("/")
+    return (key, metric) if key and metric else None
 
 
 def logs_endpoint(endpoint: str) -> str:
@@ -51,9 +85,46 @@ def logs_endpoint(endpoint: str) -> str:
     if path == "":
         return urlunsplit(parts._replace(path=LOGS_PATH))
     if path.endswith("/v1/traces"):
-        log.warning("export.otlp_events.endpoint %s: evaluation events are logs now, sent to %s", endpoint, LOGS_PATH)
+        log.warning(
+            "export.otlp_events.endpoint %s: evaluation events are logs now, sent to %s",
+            mask_credentials(endpoint),
+            LOGS_PATH,
+        )
         return urlunsplit(parts._replace(path=path[: -len("/v1/traces")] + LOGS_PATH))
     return endpoint
+
+
+class Redirected(requests.RequestException):
+    """A downstream answered a redirect: the batch is not delivered (never re-sent where it points)."""
+
+
+class BoundedSession(requests.Session):
+    """The OTLP log exporter's session: a reply's body read up to ``MAX_REPLY_BYTES`` (the connection closed on
+    the rest, not drained), and a redirect raised as :class:`Redirected`, which fails the export. A redirect is
+    logged here (again when it points elsewhere): the SDK drops its own failure line for 20 s after another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._told: str | None = None  # the last redirect logged
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        kwargs["stream"] = True
+        kwargs["allow_redirects"] = False
+        response = super().send(request, **kwargs)
+        raw = response.raw
+        try:
+            response._content = raw.read(MAX_REPLY_BYTES, decode_content=True) or b""
+            response._content_consumed = not raw.read(1, decode_content=True)  # ended: the connection is reused
+        finally:
+            response.close()
+        if 300 <= response.status_code < 400:
+            where = describe_status(response.status_code, response.headers.get("Location"))
+            problem = f"{mask_credentials(request.url or '')} answered {where}"
+            if problem != self._told:
+                self._told = problem
+                log.warning("evaluation events not delivered: %s", problem)
+            raise Redirected(problem)
+        return response
 
 
 def make_exporter(
@@ -72,7 +143,9 @@ def make_exporter(
         raise ValueError(f"unsupported OTLP protocol {protocol!r}: use http/protobuf or grpc")
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
 
-    return HttpExporter(endpoint=logs_endpoint(endpoint), headers=headers or None, timeout=timeout)
+    return HttpExporter(
+        endpoint=logs_endpoint(endpoint), headers=headers or None, timeout=timeout, session=BoundedSession()
+    )
 
 
 def _claim_problem(claim: dict[str, Any], where: str) -> str:
@@ -139,8 +212,36 @@ def result_attributes(result: MetricResult) -> dict[str, Any]:
     return attrs
 
 
+class _Confirming(LogRecordExporter):
+    """The OTLP exporter, counting each batch's outcome and confirming the results of a batch it delivered."""
+
+    def __init__(self, inner: LogRecordExporter, owner: EvaluationEvents) -> None:
+        self.inner = inner
+        self.owner = owner
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        result = self.inner.export(batch)
+        delivered = result is LogRecordExportResult.SUCCESS
+        self.owner.counted("sent" if delivered else "failed", len(batch))
+        if delivered:
+            self.owner.delivered(batch)
+        return result
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+
 class EvaluationEvents:
-    """Sends each metric result as a ``gen_ai.evaluation.result`` event (an OTLP log record) of the scored trace."""
+    """Sends each metric result as a ``gen_ai.evaluation.result`` event (an OTLP log record) of the scored trace.
+
+    Each event carries :data:`EVALUATION_ID`; outcomes are counted in ``ragtrace_evaluation_events_total{outcome}``
+    (``sent``, ``failed``: the endpoint did not take the batch, ``shutdown``: still waiting when a stop ran out of
+    time), and ``confirm`` is told the results delivered, so the service sends again at the next start those that
+    were not. ``shutdown(timeout)`` returns within ``timeout`` whatever the endpoint does.
+    """
 
     def __init__(
         self,
@@ -151,17 +252,34 @@ class EvaluationEvents:
         exporter: LogRecordExporter | None = None,
         batch: bool = True,
         timeout: float = 5.0,
+        registry: CollectorRegistry | None = None,
+        confirm: Confirm | None = None,
     ) -> None:
         if exporter is None:
             if not endpoint:
                 raise ValueError("EvaluationEvents needs an OTLP endpoint or an exporter")
             exporter = make_exporter(endpoint, protocol, headers, timeout)
+        self.timeout = timeout
+        self.confirm = confirm
+        self.registry = registry if registry is not None else CollectorRegistry()
+        counter = Counter(
+            "ragtrace_evaluation_events",
+            "gen_ai.evaluation.result events delivered over OTLP (outcome=sent), or not (failed, shutdown).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self._outcomes = {o: counter.labels(outcome=o) for o in OUTCOMES}
+        self._lock = threading.Lock()
+        self._emitted = 0  # events handed to the processor
+        self._settled = 0  # of them, those whose export ended (sent or failed)
+        self._closed = False
         self.provider = LoggerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
         # Scores are not urgent, but a second's delay keeps them close to the trace they judge.
+        confirming = _Confirming(exporter, self)
         processor = (
-            BatchLogRecordProcessor(exporter, schedule_delay_millis=1000)
+            BatchLogRecordProcessor(confirming, schedule_delay_millis=1000)
             if batch
-            else SimpleLogRecordProcessor(exporter)
+            else SimpleLogRecordProcessor(confirming)
         )
         self.provider.add_log_record_processor(processor)
         self.logger = self.provider.get_logger(SCOPE)
@@ -184,20 +302,62 @@ class EvaluationEvents:
         for result in results:
             if result.status == "skipped":
                 continue
+            with self._lock:
+                if self._closed:  # a stop already ended the exporter
+                    self._outcomes["shutdown"].inc()
+                    continue
+                self._emitted += 1
             failed = result.status == "error"
             self.logger.emit(
                 timestamp=time.time_ns(),
                 context=context,
                 severity_number=SeverityNumber.WARN if failed else SeverityNumber.INFO,
                 severity_text="WARN" if failed else "INFO",
-                attributes={**result_attributes(result), **extra},
+                attributes={
+                    **result_attributes(result),
+                    **extra,
+                    EVALUATION_ID: evaluation_id(record.key, result.metric),
+                },
                 event_name=A.GEN_AI_EVALUATION_RESULT_EVENT,
             )
             emitted += 1
         return emitted
 
+    def count(self, outcome: str) -> float:
+        """Events counted under ``outcome`` (of :data:`OUTCOMES`) so far."""
+        return self.registry.get_sample_value("ragtrace_evaluation_events_total", {"outcome": outcome}) or 0.0
+
+    def counted(self, outcome: str, n: int) -> None:
+        """``n`` events ended with ``outcome`` (the exporting thread)."""
+        with self._lock:
+            self._settled += n
+        self._outcomes[outcome].inc(n)
+
+    def delivered(self, batch: Sequence[ReadableLogRecord]) -> None:
+        """Confirm the results of a batch the endpoint took."""
+        if self.confirm is None:
+            return
+        keys = [parse_evaluation_id((item.log_record.attributes or {}).get(EVALUATION_ID)) for item in batch]
+        try:
+            self.confirm([k for k in keys if k is not None])
+        except Exception as exc:  # not confirmed: sent again at the next start
+            log.warning("evaluation events sent but not marked exported: %s", exc)
+
     def flush(self, timeout_millis: int = 5000) -> bool:
         return self.provider.force_flush(timeout_millis)
 
-    def shutdown(self) -> None:
-        self.provider.shutdown()
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Send what waits within ``timeout`` (default twice the request timeout), then count what is left as
+        ``shutdown``: the SDK's own shutdown waits up to 30 s on an endpoint that does not answer, so it runs on a
+        daemon thread that is left behind past the bound."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        closing = threading.Thread(target=self.provider.shutdown, name="ragtrace-events-shutdown", daemon=True)
+        closing.start()
+        closing.join(max(0.0, timeout if timeout is not None else 2 * self.timeout + 1))
+        with self._lock:
+            left, self._settled = self._emitted - self._settled, self._emitted
+        if left > 0:
+            self._outcomes["shutdown"].inc(left)

@@ -18,7 +18,13 @@ The span annotation shows on the root span (and filters spans: ``annotations['fa
 annotation fills the trace annotations column and chart of Phoenix's traces table.
 
 ``annotator_kind`` is ``LLM`` when an LLM judge was called for the score, else ``CODE`` (the embedded judge,
-lexical and latency metrics). The identifier makes a re-delivered score replace its annotation, not repeat it.
+lexical and latency metrics). The identifier makes a re-delivered score replace its annotation, not repeat it:
+Phoenix keeps one annotation per (span or trace, name, identifier) and upserts the next with the same three, so
+the identifier is deterministic per judge, and a score is one (record, metric) on the record's root span and trace.
+
+Delivery is at least once: each result whose annotations Phoenix took is confirmed (``confirm``, which the service
+points at the results store); results stored but not confirmed (a ``kill -9``, a stop past its bound, a Phoenix
+that was down) are sent again at the next start, and Phoenix upserts them.
 Phoenix is asked to insert asynchronously (``sync=false``): it holds an annotation whose span or trace has not
 arrived yet, so scores may reach it before the trace does.
 
@@ -29,7 +35,9 @@ Phoenix that is down or overloaded with backoff. Whatever cannot be delivered is
 why it was dropped: ``queue_full``, ``no_span`` (no root span id; span kind only), ``no_trace`` (no valid trace
 id; trace kind only), ``rejected``, ``unreachable``, ``shutdown``), never lost silently. The kind tells apart a
 Phoenix that takes one kind and refuses the other (one too old for trace annotations answers 4xx: ``rejected``,
-never retried).
+never retried). A redirect is never followed (a 302 to a login page would have turned the POST into a GET
+answered 200): it is ``rejected`` too, the log saying where it pointed. A reply's body is read up to
+``MAX_REPLY_BYTES`` (see :mod:`~ragtrace_collector.exporter.sender_loop`).
 """
 
 from __future__ import annotations
@@ -39,14 +47,15 @@ import logging
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace_collector.exporter.otlp_events import explanation, parse_span_id, parse_trace_id
-from ragtrace_collector.exporter.sender_loop import SenderLoop
+from ragtrace_collector.exporter.sender_loop import SenderLoop, describe_status, read_reply
+from ragtrace_collector.internal.urls import mask_credentials, mask_credentials_in
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 
@@ -57,6 +66,25 @@ KINDS = ("span", "trace")
 OUTCOMES = ("sent", "queue_full", "no_span", "no_trace", "rejected", "unreachable", "shutdown")
 _NOT_OF = {"span": "no_trace", "trace": "no_span"}  # the outcome a kind never has: no series for it
 LOCAL_JUDGE = "local"
+EXPORTER = "phoenix"  # the name its confirmations are kept under in the results store
+STATUSES = ("scored",)  # the results it sends (with a finite score)
+
+#: Told the ``(record key, metric)`` results whose annotations Phoenix took, from the sending thread: what the
+#: results store marks exported, so a restart sends again only what was not.
+Confirm = Callable[[list[tuple[str, str]]], None]
+
+
+class _Result:
+    """One result's annotations on their way: confirmed once every kind queued for it was taken (a kind that has
+    nothing to annotate, no span or no trace, is not waited for)."""
+
+    __slots__ = ("key", "left", "lost", "metric")
+
+    def __init__(self, key: str, metric: str) -> None:
+        self.key = key
+        self.metric = metric
+        self.left = 0  # kinds queued and not yet taken
+        self.lost = False  # a kind was not taken (queue full, unreachable, rejected, shutdown): sent again next start
 
 
 def annotator_kind(result: MetricResult, judge: str) -> str:
@@ -118,6 +146,7 @@ class PhoenixAnnotations:
         max_attempts: int = 5,
         backoff_initial: float = 0.5,
         registry: CollectorRegistry | None = None,
+        confirm: Confirm | None = None,
     ) -> None:
         if batch_size < 1 or max_pending < 1:
             raise ValueError("phoenix batch_size and max_pending must be at least 1")
@@ -139,7 +168,8 @@ class PhoenixAnnotations:
         self._outcomes = {
             (k, o): self.counter.labels(kind=k, outcome=o) for k in KINDS for o in OUTCOMES if o != _NOT_OF[k]
         }
-        self._pending: dict[str, deque[dict[str, Any]]] = {k: deque() for k in KINDS}
+        self.confirm = confirm
+        self._pending: dict[str, deque[tuple[dict[str, Any], _Result]]] = {k: deque() for k in KINDS}
         self._last = KINDS[-1]  # the kind of the last batch taken: the other goes next when both wait
         self._busy = 0  # annotations taken from the queue and not yet sent or dropped
         self._cond = threading.Condition()
@@ -161,26 +191,29 @@ class PhoenixAnnotations:
             self._count("span", "no_span", len(scored))
         if trace is None:  # a dataset row: no trace to annotate
             self._count("trace", "no_trace", len(scored))
-        items: list[tuple[str, dict[str, Any]]] = []
+        items: list[tuple[str, dict[str, Any], _Result]] = []
         for result in scored:  # a score's two side by side: a full queue drops later scores, not one kind
+            ref = _Result(record.key, result.metric)
             if span is not None:
-                items.append(("span", annotation(record, result, judge, format(span, "016x"))))
+                items.append(("span", annotation(record, result, judge, format(span, "016x")), ref))
             if trace is not None:
-                items.append(("trace", trace_annotation(record, result, judge, format(trace, "032x"))))
+                items.append(("trace", trace_annotation(record, result, judge, format(trace, "032x")), ref))
         if not items:
             return 0
         queued = 0
         with self._cond:
             if self._closing:
-                for kind, _ in items:
+                for kind, _, _ in items:
                     self._outcomes[(kind, "shutdown")].inc()
                 return 0
             waiting = self._waiting()
-            for kind, body in items:
+            for kind, body, ref in items:
                 if waiting >= self.max_pending:
                     self._outcomes[(kind, "queue_full")].inc()
+                    ref.lost = True
                     continue
-                self._pending[kind].append(body)
+                ref.left += 1
+                self._pending[kind].append((body, ref))
                 waiting += 1
                 queued += 1
             full = any(len(q) >= self.batch_size for q in self._pending.values())
@@ -225,7 +258,7 @@ class PhoenixAnnotations:
         if n:
             self._outcomes[(kind, outcome)].inc(n)
 
-    def _take(self) -> tuple[str, list[dict[str, Any]]] | None:
+    def _take(self) -> tuple[str, list[tuple[dict[str, Any], _Result]]] | None:
         """The next batch, of one kind: the kinds take turns, so neither waits behind a stream of the other."""
         with self._cond:
             first = KINDS.index(self._last) + 1
@@ -254,41 +287,71 @@ class PhoenixAnnotations:
                     pass
                 self._wake.clear()
                 while taken := self._take():
-                    kind, batch = taken
+                    kind, items = taken
+                    taken_ok = False
                     try:
-                        await self._send(session, kind, batch)
+                        taken_ok = await self._send(session, kind, [body for body, _ in items])
                     except asyncio.CancelledError:
-                        self._count(kind, "shutdown", len(batch))
+                        self._count(kind, "shutdown", len(items))
                         raise
                     finally:
-                        self._done(len(batch))
+                        self._settle([ref for _, ref in items], taken_ok)
+                        self._done(len(items))
                 with self._cond:
                     if self._closing and not self._waiting():
                         self._cond.notify_all()
                         return
 
-    async def _send(self, session: aiohttp.ClientSession, kind: str, batch: list[dict[str, Any]]) -> None:
+    def _settle(self, refs: list[_Result], taken: bool) -> None:
+        """Note one kind of these results taken by Phoenix (or not); confirm those whose every kind was."""
+        done: list[tuple[str, str]] = []
+        with self._cond:
+            for ref in refs:
+                ref.left -= 1
+                ref.lost = ref.lost or not taken
+                if ref.left == 0 and not ref.lost:
+                    done.append((ref.key, ref.metric))
+        if done and self.confirm is not None:
+            try:
+                self.confirm(done)
+            except Exception as exc:  # not confirmed: sent again at the next start, which Phoenix upserts
+                log.warning("phoenix annotations sent but not marked exported: %s", exc)
+
+    async def _send(self, session: aiohttp.ClientSession, kind: str, batch: list[dict[str, Any]]) -> bool:
+        """Post one batch, retrying what may pass later; True when Phoenix took it."""
         url = self.urls[kind]
         delay = self.backoff_initial
         problem = ""
         for attempt in range(1, self.max_attempts + 1):
             try:
-                async with session.post(url, params={"sync": "false"}, json={"data": batch}) as reply:
+                async with session.post(
+                    url, params={"sync": "false"}, json={"data": batch}, allow_redirects=False
+                ) as reply:
                     if reply.status < 300:
                         self._count(kind, "sent", len(batch))
-                        return
-                    problem = f"HTTP {reply.status}: {(await reply.text())[:200]}"
+                        return True
+                    said = (await read_reply(reply)).decode("utf-8", "replace")[:200]
+                    problem = describe_status(reply.status, reply.headers.get("Location")) + (
+                        f": {said}" if said else ""
+                    )
                     if reply.status not in (408, 429) and reply.status < 500:
                         self._count(kind, "rejected", len(batch))  # a retry would be refused the same way
                         if (kind, reply.status) not in self._rejected_logged:
                             self._rejected_logged.add((kind, reply.status))
                             log.warning("phoenix refused %d %s annotations (%s)", len(batch), kind, problem)
-                        return
+                        return False  # not confirmed: a key or a Phoenix fixed by the next start takes it then
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                problem = mask_credentials_in(f"{type(exc).__name__}: {exc}")
             if attempt == self.max_attempts or self._closing:
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
         self._count(kind, "unreachable", len(batch))
-        log.warning("phoenix at %s unreachable, %d %s annotations dropped (%s)", url, len(batch), kind, problem)
+        log.warning(
+            "phoenix at %s unreachable, %d %s annotations dropped (%s)",
+            mask_credentials(url),
+            len(batch),
+            kind,
+            problem,
+        )
+        return False

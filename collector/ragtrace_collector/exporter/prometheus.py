@@ -56,6 +56,7 @@ from ragtrace_collector.telemetry.labels import (  # noqa: F401 (UNKNOWN re-expo
     Member,
     series_overflow,
 )
+from ragtrace_collector.telemetry.slots import Reclaim
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,9 @@ class EvalMetrics:
         self.registry = registry
         self.clock = clock
         limits = limits if limits is not None else LimitsConfig()
-        self.pipeline_label = BoundedLabel(max_pipelines, limits.label_idle_seconds, self._now)
-        self.service_label = BoundedLabel(max_services, limits.label_idle_seconds, self._now)
+        reclaim = Reclaim(limits.label_reclaim_hits, limits.label_reclaim_window_seconds)
+        self.pipeline_label = BoundedLabel(max_pipelines, limits.label_idle_seconds, self._now, reclaim)
+        self.service_label = BoundedLabel(max_services, limits.label_idle_seconds, self._now, reclaim)
         self.eval_score = Histogram(
             "ragtrace_eval_score",
             "Scores of sampled records by metric (trace_id exemplars link to the scored trace).",

@@ -1,7 +1,12 @@
-"""An exporter's sending side: one coroutine on its own event loop in a daemon thread.
+"""An exporter's sending side: one coroutine on its own event loop in a daemon thread, and how it reads replies.
 
 Exporters that talk to a downstream (forwarding, Phoenix) queue work from the collector's threads and send it
 from here, so a slow or dead downstream never holds up the receivers' event loop or the scoring worker.
+
+A downstream is not trusted with the collector's memory or its data: a reply's body is read up to
+:data:`MAX_REPLY_BYTES` and the connection hung up on the rest (a 256 MiB answer cost 0.5-1.3 GiB when read
+whole), and a redirect is never followed (a 302 turned the POST into a GET of a login page that answered 200,
+counted sent; a 307 re-posts the data wherever it points): it is a failure, logged with where it pointed.
 """
 
 from __future__ import annotations
@@ -12,7 +17,35 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import aiohttp
+
+from ragtrace_collector.internal.urls import mask_credentials
+
 log = logging.getLogger(__name__)
+
+MAX_REPLY_BYTES = 64 * 1024  # of a downstream's reply body, the most read: OTLP and Phoenix answer a few bytes
+
+
+def describe_status(status: int, location: str | None) -> str:
+    """``HTTP <status>`` for a log line or drop detail; for a redirect, where it pointed (credentials masked)."""
+    if 300 <= status < 400:
+        where = mask_credentials(location)[:300] if location else "nowhere (no Location)"
+        return f"HTTP {status} redirect to {where}, not followed"
+    return f"HTTP {status}"
+
+
+async def read_reply(reply: aiohttp.ClientResponse) -> bytes:
+    """At most :data:`MAX_REPLY_BYTES` of ``reply``'s body; past them the connection is closed, not drained, so
+    an endless or huge answer costs neither memory nor the time to read it."""
+    head = b""
+    while len(head) < MAX_REPLY_BYTES:
+        chunk = await reply.content.read(MAX_REPLY_BYTES - len(head))
+        if not chunk:
+            return head
+        head += chunk
+    if not reply.content.at_eof():
+        reply.close()
+    return head
 
 
 class SenderLoop:
@@ -39,15 +72,19 @@ class SenderLoop:
             pass
 
     def stop(self, timeout: float) -> None:
-        """Let the coroutine finish within ``timeout``; past it, cancel what is in flight (5 s more at most)."""
+        """Let the coroutine finish, then cancel what is in flight: ``timeout`` seconds in all, so a downstream
+        that never answers cannot hold a graceful stop past its bound (the last tenth, at most 1 s, is left
+        for the cancellation to be counted; a thread still busy past it is a daemon and does not hold the exit)."""
         self.signal()
-        self._thread.join(timeout)
+        timeout = max(0.0, timeout)
+        grace = min(1.0, timeout / 10)
+        self._thread.join(timeout - grace)
         if self._thread.is_alive() and self._task is not None:
             try:
                 self.loop.call_soon_threadsafe(self._task.cancel)
             except RuntimeError:
                 pass
-            self._thread.join(5.0)
+            self._thread.join(max(grace, 0.05))
         if not self._thread.is_alive():
             self.loop.close()
 

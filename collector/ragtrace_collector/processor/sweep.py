@@ -5,7 +5,8 @@ answer, contexts) are read only for the records the sampler selects. Sampled rec
 queue from one background thread, so a slow queue never stalls the receivers sharing the event loop
 (while a put is under way, completed traces simply wait in assembly, which is bounded). When a sweep
 finds more than a chunk waiting it is *behind*; :meth:`Sweeper.behind_for` lets admission shed new
-requests until it catches up.
+requests until it catches up. While the queue cannot write (a full disk: it holds what it is given in memory
+and admission refuses new requests), each sweep has that thread try it again, since no new put will.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from ragtrace_collector.internal.journal import Journal
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.assembler import Assembler
@@ -59,12 +61,14 @@ class Sweeper:
         queue: RecordQueue,
         observer: SweepObserver,
         completeness: CompletenessObserver | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.assembler = assembler
         self.sampler = sampler
         self.queue = queue
         self.observer = observer
         self.completeness = completeness  # told why a sampled record lacks a field (see conventions.completeness)
+        self.journal = journal  # what was acknowledged and is not queued yet: truncated after each sweep
         self.behind_since: float | None = None  # loop time since which each sweep found more than a chunk
         self._put_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragtrace-queue-put")
 
@@ -99,9 +103,10 @@ class Sweeper:
                     log.exception("could not assemble trace %s", item.trace_id)
                     self.observer.dropped(None, ASSEMBLY_ERROR)
             del completed
-            if selected:
+            if selected or not self.queue.writable:
                 await loop.run_in_executor(self._put_executor, self._put_all, selected)
             if self.behind_since is None:
+                self._truncate_journal()
                 return built
             await asyncio.sleep(0)  # let the receivers in between chunks
 
@@ -125,11 +130,31 @@ class Sweeper:
         except Exception:
             log.exception("could not tell why trace %s is incomplete", record.trace_id)
 
+    def _truncate_journal(self) -> None:
+        """Let the journal delete what every trace since queued: nothing of this sweep is in hand any more (its
+        puts returned), so what was appended before the oldest trace still in assembly is safe on the queue. Not
+        while the queue holds records in memory (a full disk): the journal is then their only durable copy."""
+        if self.journal is None:
+            return
+        self.journal.probe()  # while it refuses writes, whether the disk has room again
+        if not self.queue.writable:
+            return
+        oldest = self.assembler.oldest_first_seen()
+        try:
+            self.journal.truncate(self.assembler.clock() if oldest is None else oldest)
+        except OSError:
+            log.exception("could not truncate the assembly journal")
+
     def close(self) -> None:
         """Wait for the last put to finish."""
         self._put_executor.shutdown(wait=True)
 
     def _put_all(self, records: list[RagRecord]) -> None:
+        if not self.queue.writable:
+            try:
+                self.queue.write_held()  # paced by the queue itself: a cheap no-op until its next try is due
+            except Exception:
+                log.exception("could not write the records the queue holds in memory")
         for record in records:
             try:
                 accepted = self.queue.put(record)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from ragtrace_collector.queue.base import Leased, RecordQueue
+from ragtrace_collector.internal.urls import mask_credentials
+from ragtrace_collector.queue.base import Leased, QueueUnwritable, RecordQueue
 
-__all__ = ["Leased", "RecordQueue", "default_queue_url", "open_queue"]
+__all__ = ["Leased", "QueueUnwritable", "RecordQueue", "default_queue_url", "open_queue"]
 
 
 def default_queue_url(data_dir: str | Path) -> str:
@@ -46,4 +47,4 @@ def open_queue(url: str, max_depth: int = 10000, spill: str | None = None) -> Re
         from ragtrace_collector.queue.redis import open_redis_queue
 
         return open_redis_queue(url, max_depth, spill)
-    raise ValueError(f"unsupported queue URL {url!r}: use sqlite:///path or redis://host:port/db")
+    raise ValueError(f"unsupported queue URL {mask_credentials(url)!r}: use sqlite:///path or redis://host:port/db")

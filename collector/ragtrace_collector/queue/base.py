@@ -13,6 +13,9 @@ Contract for implementations (SQLite embedded default, Redis Streams for scale-o
   again after ``delay`` seconds without counting as a failure.
 * ``extend`` renews a lease while a worker is still scoring (its heartbeat), so a slow judge does
   not get the record delivered again mid-scoring.
+* ``writable`` is ``False`` while the queue cannot store what it is given (a full disk): an implementation that
+  can then holds what is put in memory, bounded, and writes it (``write_held``) once it can; admission refuses
+  new requests meanwhile. Opening one that cannot be written raises :class:`QueueUnwritable`.
 * ``dropped`` and ``corrupt`` count, for this process, the puts refused and the unreadable records
   dropped at lease time; the collector exports them as ``ragtrace_queue_{dropped,corrupt}_total``.
 * Implementations are safe to call from several threads of one process.
@@ -31,6 +34,11 @@ from typing import Protocol, runtime_checkable
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.model.record import RagRecord
+
+
+class QueueUnwritable(OSError):
+    """The queue cannot be opened for writing (a read-only or missing directory, a read-only file): says which
+    file and why, and the service adds what to set, so ``serve`` can refuse to start with one line."""
 
 
 @dataclass
@@ -81,6 +89,15 @@ class RecordQueue(abc.ABC):
     @abc.abstractmethod
     def oldest_age(self) -> float | None:
         """Seconds since the oldest queued record was enqueued, ``None`` when empty."""
+
+    @property
+    def writable(self) -> bool:
+        """``False`` while what is put cannot be stored (held in memory instead): admission sheds meanwhile."""
+        return True
+
+    def write_held(self) -> bool:
+        """Store what was held while the queue could not write, if it can now; ``True`` when nothing waits."""
+        return True
 
     def close(self) -> None:
         """Flush and release resources."""

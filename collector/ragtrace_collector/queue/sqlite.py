@@ -16,6 +16,13 @@ Semantics (see :class:`ragtrace_collector.queue.base.RecordQueue`):
   row becomes visible again. Rows also record the leasing process (host, pid): a process
   restarted after a kill -9 takes back the leases of dead processes of its host at its first
   lease instead of waiting them out.
+* **A full disk loses nothing accepted.** A put the file refuses (a full disk, an I/O error, a lock held past
+  the timeout) is held in memory, in order, up to ``max_depth`` records with those in the file; ``writable`` is
+  then ``False`` so the collector refuses new requests (what is held is bounded by what assembly held), and the
+  file is tried again every ``retry_interval`` seconds (or ten times as long as the last try took), by the next
+  put or :meth:`SQLiteQueue.write_held`. It logs once a minute while that lasts. What is still held when the
+  queue closes is lost, counted in ``dropped`` (the same approach as :class:`ragtrace_collector.queue.spill.
+  TieredSpill`, whose memory tier this reuses).
 * ``extend`` (beyond the base interface) renews a lease while its record is still being scored.
 * ``ack`` deletes by row id (whoever holds the lease: the result is recorded either way);
   ``release`` only acts when the receipt's token still holds the lease, so a stale release
@@ -34,7 +41,8 @@ import uuid
 from pathlib import Path
 
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.queue.base import Leased, RecordQueue
+from ragtrace_collector.queue.base import Leased, QueueUnwritable, RecordQueue
+from ragtrace_collector.queue.spill import MemorySpill, Spilled
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +77,13 @@ class SQLiteQueue(RecordQueue):
     ``ragtrace_queue_dropped_total``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], max_depth: int = 10000, synchronous: str = "normal") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_depth: int = 10000,
+        synchronous: str = "normal",
+        retry_interval: float = 1.0,
+    ) -> None:
         if max_depth < 1:
             raise ValueError(f"max_depth must be at least 1, got {max_depth}")
         synchronous = synchronous.lower()
@@ -79,25 +93,18 @@ class SQLiteQueue(RecordQueue):
         self.max_depth = int(max_depth)
         self._dropped = 0
         self.corrupt = 0  # unreadable rows dropped at lease time
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.retry_interval = retry_interval  # how often a file that refused writes is tried again
+        self._held = MemorySpill(self.max_depth)  # puts the file refused, oldest first, until it takes writes
+        self._retry_at = 0.0  # time.monotonic() before which a file that refused writes is not tried again
+        self._next_warning = 0.0
         self._lock = threading.Lock()
         # One connection guarded by a lock: the callers are the receiver (event loop), the worker
         # and the /metrics scrape thread, all short statements.
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        with self._lock:
-            try:
-                self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(records)")}
-                if "lease_owner" not in columns:  # a file from before lease owners were recorded
-                    self._db.execute("ALTER TABLE records ADD COLUMN lease_owner TEXT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+        try:
+            self._db = self._open(synchronous)
+        except (OSError, sqlite3.OperationalError) as exc:  # (a file that is not SQLite: its own error)
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise QueueUnwritable(f"cannot write the queue at {self.path}: {cause}") from exc
         self._closed = False
         # Who holds a lease: host and pid, so a restarted process can take back at once the
         # leases of a process on this host that died (kill -9) instead of waiting them out.
@@ -106,20 +113,124 @@ class SQLiteQueue(RecordQueue):
         self._reclaimed_once = False
         self.reclaimed = 0  # leases taken back from dead processes
 
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        """Connect and create the schema: a directory or file that cannot be written fails here, at start."""
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.execute("PRAGMA busy_timeout=30000")
+            try:
+                db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+                columns = {row[1] for row in db.execute("PRAGMA table_info(records)")}
+                if "lease_owner" not in columns:  # a file from before lease owners were recorded
+                    db.execute("ALTER TABLE records ADD COLUMN lease_owner TEXT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except BaseException:
+            db.close()
+            raise
+        return db
+
     # -- producer side ----------------------------------------------------------------------
     def put(self, record: RagRecord) -> bool:
-        payload = record.model_dump_json(exclude_defaults=True)
-        now = time.time()
+        entry = Spilled(record.model_dump_json(exclude_defaults=True), repr(time.time()), record.key)
         with self._lock:
-            cur = self._db.execute(
-                "INSERT INTO records (record_key, payload, enqueued_at, visible_at) "
-                "SELECT ?, ?, ?, ? WHERE (SELECT n FROM queue_depth WHERE one = 1) < ?",
-                (record.key, payload, now, now, self.max_depth),
-            )
-            accepted = cur.rowcount == 1
+            if len(self._held) and not self._write_held_locked():
+                return self._hold_locked(entry)  # keeps the order: nothing overtakes what waits
+            tried = time.monotonic()
+            try:
+                accepted = self._insert_locked(entry)
+            except sqlite3.OperationalError as exc:  # a full disk, an I/O error, locked past the timeout
+                self._refused_locked(exc, time.monotonic() - tried)
+                return self._hold_locked(entry)
             if not accepted:
                 self._dropped += 1
         return accepted
+
+    @property
+    def writable(self) -> bool:
+        """``False`` while records the file refused wait in memory (read without the lock: the event loop asks)."""
+        return not len(self._held)
+
+    def write_held(self) -> bool:
+        """Write what waits in memory if the file takes writes again (tried at most every ``retry_interval``);
+        ``True`` when nothing waits any more. The service's sweep calls it while puts are refused upstream."""
+        with self._lock:
+            return not len(self._held) or self._write_held_locked()
+
+    def _insert_locked(self, entry: Spilled) -> bool:
+        """One record in, unless the queue is full (checked in the same statement)."""
+        enqueued_at = float(entry.enqueued_at)
+        cur = self._db.execute(
+            "INSERT INTO records (record_key, payload, enqueued_at, visible_at) "
+            "SELECT ?, ?, ?, ? WHERE (SELECT n FROM queue_depth WHERE one = 1) < ?",
+            (entry.put_id, entry.payload, enqueued_at, enqueued_at, self.max_depth),
+        )
+        return cur.rowcount == 1
+
+    def _hold_locked(self, entry: Spilled) -> bool:
+        """Keep a record the file refused, in memory, within ``max_depth`` counting the file's; else drop it."""
+        try:
+            stored = self._stored_depth_locked()
+        except sqlite3.Error:
+            stored = 0  # the file cannot even be read: memory's own bound (max_depth) still holds
+        if stored + len(self._held) >= self.max_depth or not self._held.append(entry):
+            self._dropped += 1
+            return False
+        return True
+
+    def _write_held_locked(self) -> bool:
+        """Move what waits in memory into the file, oldest first, a batch per transaction; ``False`` (and the
+        rest still held) when it is not yet time to try again or the file refuses."""
+        if time.monotonic() < self._retry_at:
+            return False
+        tried = time.monotonic()
+        written = 0
+        try:
+            while batch := self._held.oldest(500):
+                self._insert_batch_locked(batch)
+                self._held.remove(batch)
+                written += len(batch)
+        except sqlite3.OperationalError as exc:
+            self._refused_locked(exc, time.monotonic() - tried)
+            return False
+        if written:
+            log.warning("queue %s takes writes again: %d record(s) held in memory written", self.path, written)
+        self._next_warning = 0.0
+        return True
+
+    def _insert_batch_locked(self, batch: list[Spilled]) -> None:
+        """Held records in one transaction, all or none (they were counted against ``max_depth`` when held)."""
+        now = time.time()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "INSERT INTO records (record_key, payload, enqueued_at, visible_at) VALUES (?, ?, ?, ?)",
+                [(e.put_id, e.payload, float(e.enqueued_at), now) for e in batch],
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a full disk may already have rolled it back
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _refused_locked(self, exc: sqlite3.Error, took: float) -> None:
+        # A try that waited on a lock is spaced out more, so puts spend at most ~10% of their time on it.
+        self._retry_at = time.monotonic() + max(self.retry_interval, 10 * took)
+        if time.monotonic() >= self._next_warning:  # once, then at most once a minute while it lasts
+            self._next_warning = time.monotonic() + 60.0
+            log.error(
+                "queue %s cannot be written (%s): holding %d record(s) in memory, and refusing new requests, until"
+                " it can (free space on its disk)",
+                self.path,
+                exc,
+                len(self._held) + 1,
+            )
 
     # -- consumer side ----------------------------------------------------------------------
     def lease(self, n: int, lease_seconds: float) -> list[Leased]:
@@ -212,19 +323,31 @@ class SQLiteQueue(RecordQueue):
 
     # -- observation ------------------------------------------------------------------------
     def depth(self) -> int:
+        """Records in the file and held in memory (waiting for the file to take writes)."""
         with self._lock:
-            row = self._db.execute("SELECT n FROM queue_depth WHERE one = 1").fetchone()
+            return self._stored_depth_locked() + len(self._held)
+
+    def _stored_depth_locked(self) -> int:
+        row = self._db.execute("SELECT n FROM queue_depth WHERE one = 1").fetchone()
         return int(row[0]) if row else 0
 
     def oldest_age(self) -> float | None:
         with self._lock:
             row = self._db.execute("SELECT enqueued_at FROM records ORDER BY id LIMIT 1").fetchone()
-        return None if row is None else max(0.0, time.time() - row[0])
+            held = self._held.oldest()
+        oldest = row[0] if row is not None else float(held[0].enqueued_at) if held else None
+        return None if oldest is None else max(0.0, time.time() - oldest)
 
     def close(self) -> None:
+        """Write what is held in memory if the file takes it now (what it still refuses is lost, and counted)."""
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self._retry_at = 0.0
+                if len(self._held) and not self._write_held_locked():
+                    lost = self._held.close()
+                    self._dropped += lost
+                    log.error("queue %s still cannot be written at shutdown: %d held record(s) lost", self.path, lost)
                 self._db.close()
 
     def __repr__(self) -> str:

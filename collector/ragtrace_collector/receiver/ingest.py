@@ -20,13 +20,17 @@ an error (and retried by its client) is never forwarded twice. The callback must
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ragtrace_collector.config import LimitsConfig
+from ragtrace_collector.internal.credentials import CredentialGuard, Outcome, Scope
+from ragtrace_collector.internal.journal import JSON as JOURNAL_JSON
+from ragtrace_collector.internal.journal import PROTOBUF as JOURNAL_PROTOBUF
+from ragtrace_collector.internal.journal import Journal, JournalError
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.receiver.decode import extract_spans
 
@@ -37,9 +41,12 @@ MALFORMED = "malformed"
 TRUNCATED = "truncated"
 TOO_LARGE = "too_large"
 UNAUTHENTICATED = "unauthenticated"
+FORBIDDEN = "forbidden"  # a token without the ingest scope (a read or review token)
+RATE_LIMITED = "rate_limited"  # the client address sent too many wrong credentials (auth.max_failed_attempts)
 TIMEOUT = "timeout"  # the body did not arrive in time (read deadline / minimum byte rate)
 OVERLOADED = "overloaded"
 UNSUPPORTED = "unsupported_media_type"
+UNJOURNALED = "unjournaled"  # the request could not be made durable (the journal's disk refuses writes): 503
 INTERNAL = "internal_error"
 
 log = logging.getLogger(__name__)
@@ -60,7 +67,7 @@ class Ingestor:
         self,
         sink: Callable[[DecodedRequest], None],
         metrics=None,
-        bearer_token: str | None = None,
+        guard: CredentialGuard | None = None,
         max_pending_requests: int = _LIMITS.max_pending_requests,
         max_request_bytes: int = _LIMITS.max_request_bytes,
         retry_after_seconds: int = _LIMITS.retry_after_seconds,
@@ -70,48 +77,52 @@ class Ingestor:
         min_body_bytes_per_second: int = _LIMITS.min_body_bytes_per_second,
         max_receiving_bytes: int = _LIMITS.max_receiving_bytes,
         forward: Forward | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.sink = sink
         self.metrics = metrics
-        self.bearer_token = bearer_token
+        self.guard = guard if guard is not None else CredentialGuard()  # no tokens: ingest is open
         self.max_pending = max(1, max_pending_requests)
         self.max_request_bytes = max_request_bytes
         self.retry_after_seconds = retry_after_seconds
         self.pending = 0
         self.max_loop_lag = max_loop_lag_seconds
         self.loop_lag = 0.0  # seconds the event loop was late on its last check (see watch_loop_lag)
+        self._tick_due = math.inf  # when the lag watcher's pending timer is due (perf_counter), inf when none
         self.pressure = pressure  # downstream says it is behind (the record sweep, assembly memory)
-        self.expected_authorization = bearer_token.encode() if bearer_token else None  # the credentials alone
         self.read_timeout = read_timeout_seconds
         self.min_body_rate = max(1, min_body_bytes_per_second)
         self.max_receiving_bytes = max(max_receiving_bytes, max_request_bytes)  # one full-size body always fits
         self.receiving_bytes = 0  # body bytes held by requests not finished yet (see reserve)
         self.forward = forward  # ingested requests handed on unchanged (the forwarding exporter), if any
+        self.journal = journal  # requests made durable before they are acknowledged (internal.journal)
+        self._journal_complained = -math.inf  # when the last "cannot journal" line was logged
 
-    def authorized(self, header: str | None) -> bool:
-        """Constant-time check of an ``Authorization`` header (always true without a configured token).
-
-        The scheme is matched case-insensitively (RFC 7235 §2.1), the token exactly. A header that is not
-        valid text (aiohttp hands raw non-UTF-8 bytes over as surrogates) is refused like a wrong token.
-        """
-        if self.expected_authorization is None:
-            return True
-        if not header:
-            return False
-        scheme, _, credentials = header.strip().partition(" ")
-        try:
-            given = credentials.strip().encode()
-        except UnicodeEncodeError:
-            return False
-        return hmac.compare_digest(given, self.expected_authorization) & (scheme.lower() == "bearer")
+    def authorize(self, header: str | None, address: str | None, via: str) -> Outcome:
+        """Whether an ``Authorization`` header may send spans (:class:`CredentialGuard`, ingest scope), from
+        ``address``: wrong credentials are limited per address across every listener."""
+        return self.guard.check_header(header, Scope.INGEST, address, via)
 
     def saturated(self) -> bool:
-        """True while new requests are refused: every slot taken, the loop lagging, or downstream behind."""
-        if self.pending >= self.max_pending:
+        """True while new requests are refused: every slot taken, or :meth:`refusing`."""
+        return self.pending >= self.max_pending or self.refusing()
+
+    def refusing(self) -> bool:
+        """True while every request is refused however many slots are free: the loop lagging (a stall under way
+        included), or downstream behind (see ``pressure``). What ``/readyz`` reports, so ready means accepting;
+        slots all taken are not in it: they free up as each request ends. Also while the journal refuses writes."""
+        if self.max_loop_lag is not None and self.current_loop_lag() > self.max_loop_lag:
             return True
-        if self.max_loop_lag is not None and self.loop_lag > self.max_loop_lag:
+        if self.journal is not None and not self.journal.writable:  # nothing could be acknowledged durably
             return True
         return self.pressure is not None and self.pressure()
+
+    def current_loop_lag(self) -> float:
+        """The loop lag as of now: the last measure, or how late the watcher's timer already is if that is more.
+
+        Why both: after a stall (a blocking import, a long callback) the loop may serve a request before the
+        watcher's overdue timer fires; the overdue time is the lag the watcher is about to measure."""
+        return max(self.loop_lag, time.perf_counter() - self._tick_due)
 
     def admit(self) -> bool:
         """Take a slot for one whole request, or ``False`` when saturated; pair with :meth:`done`."""
@@ -151,15 +162,34 @@ class Ingestor:
         The figure decays by 20% per tick rather than resetting, so one long stall keeps shedding
         for a few ticks while the loop works through what piled up behind it.
         """
-        while True:
-            start = time.perf_counter()
-            await asyncio.sleep(interval)
-            late = max(0.0, time.perf_counter() - start - interval)
-            self.loop_lag = max(late, self.loop_lag * 0.8)
+        try:
+            while True:
+                start = time.perf_counter()
+                self._tick_due = start + interval
+                await asyncio.sleep(interval)
+                late = max(0.0, time.perf_counter() - start - interval)
+                self.loop_lag = max(late, self.loop_lag * 0.8)
+        finally:
+            self._tick_due = math.inf  # no watcher: nothing overdue
 
     def count(self, transport: str, status: str) -> None:
         if self.metrics is not None:
             self.metrics.request(transport, status)
+
+    async def journaled(self, body: bytes, content_type: str) -> bool:
+        """Make a request durable before it is acknowledged (see :mod:`ragtrace_collector.internal.journal`);
+        False when it cannot be (the receiver answers 503 and the client retries). Always True without one."""
+        if self.journal is None:
+            return True
+        try:
+            await self.journal.append(JOURNAL_JSON if content_type == JSON else JOURNAL_PROTOBUF, body)
+        except JournalError as exc:
+            now = time.monotonic()
+            if now - self._journal_complained >= 60.0:  # one line a minute while it lasts
+                self._journal_complained = now
+                log.error("%s: requests are refused (503) until the journal takes writes again", exc)
+            return False
+        return True
 
     def ingest(
         self, request, transport: str, body: bytes | None = None, content_type: str = PROTOBUF

@@ -26,14 +26,27 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from ragtrace_collector.internal.credentials import VIA_OTLP_GRPC, Outcome, Scope
 from ragtrace_collector.receiver import ingest as outcomes
 from ragtrace_collector.receiver.decode import MalformedRequest, parse_protobuf
-from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.ingest import PROTOBUF, Ingestor
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 TRANSPORT = "grpc"
+
+
+def peer_address(peer: str | None) -> str | None:
+    """The IP address in a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``), for the limiter."""
+    if not peer:
+        return None
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest[1 : rest.find("]")] if rest.startswith("[") and "]" in rest else rest
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or rest
+    return peer
 
 
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
@@ -49,15 +62,30 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 
     async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
-        if ing.expected_authorization is not None:
-            header: str | None = None
-            for key, value in context.invocation_metadata() or ():
-                if key == "authorization":
-                    header = value if isinstance(value, str) else None  # bytes only for "-bin" keys
-                    break
-            if not ing.authorized(header):
-                ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        if not ing.guard.required(Scope.INGEST):
+            return
+        header: str | None = None
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                header = value if isinstance(value, str) else None  # bytes only for "-bin" keys
+                break
+        address = peer_address(context.peer())
+        outcome = ing.authorize(header, address, VIA_OTLP_GRPC)
+        if outcome is Outcome.OK:
+            return
+        if outcome is Outcome.RATE_LIMITED:
+            ing.count(TRANSPORT, outcomes.RATE_LIMITED)
+            wait = ing.guard.retry_after(address) or 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many wrong credentials from this address: retry in {wait} s"
+            )
+        if outcome is Outcome.FORBIDDEN:
+            ing.count(TRANSPORT, outcomes.FORBIDDEN)
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, "this token may not send spans (not an ingest token)"
+            )
+        ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
     async def _admit(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
@@ -108,6 +136,9 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             except MalformedRequest as exc:
                 ing.count(TRANSPORT, outcomes.MALFORMED)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            if not await ing.journaled(body, PROTOBUF):  # durable before the reply, or no success
+                ing.count(TRANSPORT, outcomes.UNJOURNALED)
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "collector cannot store the request durably")
             try:
                 response = self._respond(request, body)
             except Exception:

@@ -2,7 +2,8 @@
 
 Replies follow the OTLP/HTTP spec: 200 with an ``ExportTraceServiceResponse`` in the request's encoding
 (with ``partial_success`` when spans were refused); 400 for bodies that do not decode; 401 without the
-configured bearer token; 408 for a body that arrives too slowly; 413 above the size limit; 415 for other
+configured bearer token (403 for a token that may not ingest, 429 + ``Retry-After`` from an address that sent
+too many wrong ones); 408 for a body that arrives too slowly; 413 above the size limit; 415 for other
 content types; 503 with ``Retry-After`` when saturated. Error bodies are ``google.rpc.Status`` in the
 request's encoding.
 
@@ -24,6 +25,7 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from ragtrace_collector.internal.credentials import VIA_OTLP_HTTP, Outcome
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.receiver import ingest as outcomes
 from ragtrace_collector.receiver.decode import MalformedRequest, parse_json, parse_protobuf
@@ -41,6 +43,7 @@ _INVALID_ARGUMENT = 3
 _DEADLINE_EXCEEDED = 4
 _RESOURCE_EXHAUSTED = 8
 _UNAUTHENTICATED = 16
+_PERMISSION_DENIED = 7
 _UNAVAILABLE = 14
 _INTERNAL = 13
 
@@ -127,6 +130,23 @@ def _reply(content_type: str, http_status: int, code: int, message: str, headers
     )
 
 
+def _refuse_credential(ing: Ingestor, request: web.Request, reply_type: str) -> web.Response | None:
+    """The reply refusing a request's credential (401, 403, or 429 for an address past its limit), or None."""
+    outcome = ing.authorize(request.headers.get("Authorization"), request.remote, VIA_OTLP_HTTP)
+    if outcome is Outcome.OK:
+        return None
+    if outcome is Outcome.RATE_LIMITED:
+        ing.count(TRANSPORT, outcomes.RATE_LIMITED)
+        wait = ing.guard.retry_after(request.remote) or 1
+        message = f"too many wrong credentials from this address: retry in {wait} s"
+        return _reply(reply_type, 429, _RESOURCE_EXHAUSTED, message, {"Retry-After": str(wait)})
+    if outcome is Outcome.FORBIDDEN:
+        ing.count(TRANSPORT, outcomes.FORBIDDEN)
+        return _reply(reply_type, 403, _PERMISSION_DENIED, "this token may not send spans (not an ingest token)")
+    ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
+    return _reply(reply_type, 401, _UNAUTHENTICATED, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
+
+
 def _success(content_type: str, decoded: DecodedRequest) -> web.Response:
     response = ExportTraceServiceResponse()
     if decoded.rejected:
@@ -181,7 +201,8 @@ class OtlpHttpReceiver:
         return web.Response(text="ok\n")
 
     async def handle_ready(self, request: web.Request) -> web.Response:
-        if self.ready():
+        """200 only while requests are accepted: ready, and admission not refusing them all (slots aside)."""
+        if self.ready() and not self.ingestor.refusing():
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
 
@@ -189,11 +210,9 @@ class OtlpHttpReceiver:
         ing = self.ingestor
         content_type = request.content_type
         reply_type = JSON if content_type == JSON else PROTOBUF
-        if not ing.authorized(request.headers.get("Authorization")):
-            ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
-            return _reply(
-                reply_type, 401, _UNAUTHENTICATED, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"}
-            )
+        refused = _refuse_credential(ing, request, reply_type)
+        if refused is not None:
+            return refused
         if content_type not in (PROTOBUF, JSON):
             ing.count(TRANSPORT, outcomes.UNSUPPORTED)
             return _reply(PROTOBUF, 415, _INVALID_ARGUMENT, f"unsupported content type {content_type!r}")
@@ -252,11 +271,11 @@ class OtlpHttpReceiver:
         if not ing.admit():  # only a whole body takes a slot: a slow client never holds one
             return self._overloaded(reply_type)
         try:
-            return self._decode(request, reply_type, body)
+            return await self._decode(request, reply_type, body)
         finally:
             ing.done()
 
-    def _decode(self, request: web.Request, reply_type: str, body: bytes) -> web.Response:
+    async def _decode(self, request: web.Request, reply_type: str, body: bytes) -> web.Response:
         ing = self.ingestor
         content_type = request.content_type
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -282,6 +301,15 @@ class OtlpHttpReceiver:
         except MalformedRequest as exc:
             ing.count(TRANSPORT, outcomes.MALFORMED)
             return _reply(reply_type, 400, _INVALID_ARGUMENT, str(exc))
+        if not await ing.journaled(body, content_type):  # durable before the 200, or no 200
+            ing.count(TRANSPORT, outcomes.UNJOURNALED)
+            return _reply(
+                reply_type,
+                503,
+                _UNAVAILABLE,
+                "collector cannot store the request durably, retry later",
+                {"Retry-After": str(ing.retry_after_seconds)},
+            )
         try:
             decoded = ing.ingest(message, TRANSPORT, body, content_type)
         except Exception:

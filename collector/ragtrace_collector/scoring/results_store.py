@@ -88,7 +88,19 @@ INSERT OR IGNORE INTO records (record_key, trace_id, service, pipeline, scored_a
     SELECT record_key, MAX(trace_id), MAX(service), MAX(pipeline), MIN(scored_at), MIN(scored_at)
     FROM results GROUP BY record_key;
 """
-SCHEMA_VERSION = 2
+# Version 3: which exporter confirmed which result (sent, or refused for good), so that results a crash or a stop
+# left unexported are sent again at the next start (exporters are at least once, idempotent by identifier).
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS exported (
+    record_key  TEXT NOT NULL,
+    metric      TEXT NOT NULL,
+    exporter    TEXT NOT NULL,
+    exported_at REAL NOT NULL,
+    PRIMARY KEY (record_key, metric, exporter)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS exported_at ON exported (exported_at);
+"""
+SCHEMA_VERSION = 3
 
 _RECORD_COLUMNS = (
     "record_key",
@@ -103,6 +115,14 @@ _RECORD_COLUMNS = (
     "scored_at",
     "occurred_at",
     "record",
+)
+#: What a list row shows of a record's texts: its question and answer, cut here (a whole record, contexts and
+#: all, is read only for its own page).
+LIST_TEXT_CHARS = 500
+#: The record columns of a list row: every column but the record itself, and the two texts cut in SQLite.
+_LISTED_RECORD_COLUMNS = tuple(f"r.{c}" for c in _RECORD_COLUMNS if c != "record") + (
+    f"substr(json_extract(r.record, '$.user_input'), 1, {LIST_TEXT_CHARS})",
+    f"substr(json_extract(r.record, '$.response'), 1, {LIST_TEXT_CHARS})",
 )
 Outcome = Literal["scored", "skipped", "error"]
 Sort = Literal["newest", "worst"]
@@ -125,6 +145,20 @@ _COLUMNS = (
     "sampling_weight",
     "scored_at",
 )
+
+
+#: A list row's result columns: no details, the texts cut (a migrated store's rows hold the question there).
+_LISTED_COLUMNS = tuple(
+    {
+        "details": "NULL",
+        "user_input": f"substr(user_input, 1, {LIST_TEXT_CHARS})",
+        "response": f"substr(response, 1, {LIST_TEXT_CHARS})",
+        "reason": f"substr(reason, 1, {LIST_TEXT_CHARS})",
+    }.get(c, c)
+    for c in _COLUMNS
+)
+#: Values each filter of the explorer offers at most (the most frequent first).
+FACET_LIMIT = 100
 
 
 @dataclass
@@ -246,23 +280,44 @@ class RecordPage:
     total: int
 
 
+class StoreUnwritable(OSError):
+    """The results store cannot be opened for writing: which file, why and what to set, in one line (``serve``
+    prints it and exits 1 rather than a ``sqlite3`` traceback that names neither)."""
+
+
 class ResultsStore:
     """SQLite (WAL) table of metric results keyed by ``(RagRecord.key, metric)``; thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
+        self._lock = threading.Lock()
+        try:
+            self._db = self._open()
+        except (OSError, sqlite3.OperationalError) as exc:  # (a file that is not SQLite: its own error)
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreUnwritable(
+                f"cannot write the results store at {self.path}: {cause} (is its directory writable? set data_dir"
+                " or RAGTRACE_DATA_DIR, or export.results_path)"
+            ) from exc
+        self._closed = False
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect and create or migrate the tables: a directory or file that cannot be written fails here."""
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout=30000")
-        # a new file gives deleted pages back (retention shrinks it); an older file keeps reusing them
-        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        with self._lock:
-            self._migrate()
-        self._closed = False
+        try:
+            self._db.execute("PRAGMA busy_timeout=30000")
+            # a new file gives deleted pages back (retention shrinks it); an older file keeps reusing them
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            with self._lock:
+                self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
+        return self._db
 
     def _migrate(self) -> None:
         """Create the tables, or bring an older store up to :data:`SCHEMA_VERSION`, in one transaction."""
@@ -274,11 +329,15 @@ class ResultsStore:
             if version < 2:
                 for statement in _statements(_SCHEMA_V2):
                     self._db.execute(statement)
+            if version < 3:
+                for statement in _statements(_SCHEMA_V3):
+                    self._db.execute(statement)
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # a read-only or full disk may have rolled it back already
+                self._db.execute("ROLLBACK")
             raise
 
     # -- writing ----------------------------------------------------------------------------
@@ -338,6 +397,82 @@ class ResultsStore:
                 self._db.execute("ROLLBACK")
                 raise
         return inserted
+
+    # -- exports: which exporter confirmed which result ------------------------------------------
+    def mark_exported(self, exporter: str, keys: Iterable[tuple[str, str]]) -> int:
+        """Note that ``exporter`` delivered (or was refused for good) these ``(record key, metric)`` results, so
+        they are not sent again at the next start; returns the marks that are new."""
+        rows = [(key, metric, exporter, time.time()) for key, metric in keys]
+        if not rows:
+            return 0
+        with self._lock:
+            if self._closed:  # an exporter confirming after the stop: the next start sends it again (idempotent)
+                return 0
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                before = self._db.total_changes
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO exported (record_key, metric, exporter, exported_at) VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+                added = self._db.total_changes - before
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return added
+
+    def exported(self, exporter: str) -> set[tuple[str, str]]:
+        """The ``(record key, metric)`` results ``exporter`` confirmed (tests, checks)."""
+        with self._lock:
+            rows = self._db.execute("SELECT record_key, metric FROM exported WHERE exporter = ?", (exporter,))
+            return {(k, m) for k, m in rows}
+
+    def unexported(
+        self,
+        exporter: str,
+        statuses: Sequence[str],
+        *,
+        since: float,
+        until: float,
+        after: tuple[float, str, str] | None = None,
+        limit: int = 500,
+    ) -> tuple[list[tuple[RagRecord, list[StoredResult]]], tuple[float, str, str] | None]:
+        """Results of ``statuses`` of a trace (exporters attach scores to traces; a dataset row has none) stored in
+        ``[since, until)`` that ``exporter`` has not confirmed, oldest first, at most ``limit`` after the cursor
+        ``after``: grouped by record, each with the record to send them as, and the cursor of the next page (None
+        when this one was the last)."""
+        marks = ", ".join("?" for _ in statuses)
+        sql = (
+            f"SELECT {', '.join('r.' + c for c in _COLUMNS)} FROM results r WHERE r.status IN ({marks})"
+            " AND r.trace_id IS NOT NULL"
+            " AND r.scored_at >= ? AND r.scored_at < ? AND (r.scored_at, r.record_key, r.metric) > (?, ?, ?)"
+            " AND NOT EXISTS (SELECT 1 FROM exported e WHERE e.record_key = r.record_key AND e.metric = r.metric"
+            " AND e.exporter = ?) ORDER BY r.scored_at, r.record_key, r.metric LIMIT ?"
+        )
+        cursor = after if after is not None else (float("-inf"), "", "")
+        with self._lock:
+            rows = self._db.execute(sql, [*statuses, since, until, *cursor, exporter, int(limit)]).fetchall()
+            results = [_row(r) for r in rows]
+            stored = self._records_json({r.record_key for r in results})
+        grouped: dict[str, list[StoredResult]] = {}
+        for result in results:
+            grouped.setdefault(result.record_key, []).append(result)
+        page = [(_as_record(key, stored.get(key), group[0]), group) for key, group in grouped.items()]
+        last = results[-1] if len(results) >= limit else None
+        return page, (last.scored_at, last.record_key, last.metric) if last is not None else None
+
+    def _records_json(self, keys: Iterable[str]) -> dict[str, str]:
+        """The stored record JSON of each key that has one (the caller holds the lock)."""
+        keys = list(keys)
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), 500):  # SQLite's bound on parameters
+            chunk = keys[start : start + 500]
+            rows = self._db.execute(
+                f"SELECT record_key, record FROM records WHERE record_key IN ({', '.join('?' for _ in chunk)})", chunk
+            )
+            found.update({k: v for k, v in rows if v})
+        return found
 
     # -- reading ----------------------------------------------------------------------------
     def metrics_done(self, record_key: str) -> set[str]:
@@ -428,7 +563,10 @@ class ResultsStore:
 
     # -- the records explorer ------------------------------------------------------------------
     def records(self, query: RecordQuery) -> RecordPage:
-        """The records matching ``query``, one page of them with their results, and how many match."""
+        """The records matching ``query``, one page of them with their results, and how many match.
+
+        List rows only: the record holds just its question and answer, cut at :data:`LIST_TEXT_CHARS`, and each
+        result no details, texts or reason beyond a line (what a list shows); :meth:`record` reads one whole."""
         where, params = _record_filter(query)
         order = "r.occurred_at DESC, r.scored_at DESC, r.record_key"
         order_params: list[Any] = []
@@ -445,15 +583,15 @@ class ResultsStore:
                     "WHERE x.record_key = r.record_key AND x.status = 'scored' AND x.score BETWEEN 0 AND 1)"
                 )
             order = f"{key} ASC NULLS LAST, {order}"
-        columns = ", ".join(f"r.{c}" for c in _RECORD_COLUMNS)
+        columns = ", ".join(_LISTED_RECORD_COLUMNS)
         with self._lock:
             total = int(self._db.execute(f"SELECT COUNT(*) FROM records r{where}", params).fetchone()[0])
             rows = self._db.execute(
                 f"SELECT {columns} FROM records r{where} ORDER BY {order} LIMIT ? OFFSET ?",
                 [*params, *order_params, max(0, int(query.limit)), max(0, int(query.offset))],
             ).fetchall()
-            records = [_record_row(row) for row in rows]
-            self._attach_results(records)
+            records = [_listed_record_row(row) for row in rows]
+            self._attach_results(records, listed=True)
         return RecordPage(records, total)
 
     def record(self, key: str) -> StoredRecord | None:
@@ -471,36 +609,46 @@ class ResultsStore:
         return found
 
     def session(self, session_id: str, limit: int = 500) -> list[StoredRecord]:
-        """The turns of a conversation: its records with their results, oldest first."""
+        """The turns of a conversation, oldest first, as list rows (see :meth:`records`)."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {', '.join(_RECORD_COLUMNS)} FROM records WHERE session_id = ? "
-                "ORDER BY occurred_at ASC, scored_at ASC LIMIT ?",
+                f"SELECT {', '.join(_LISTED_RECORD_COLUMNS)} FROM records r WHERE r.session_id = ? "
+                "ORDER BY r.occurred_at ASC, r.scored_at ASC LIMIT ?",
                 (session_id, int(limit)),
             ).fetchall()
-            records = [_record_row(row) for row in rows]
-            self._attach_results(records)
+            records = [_listed_record_row(row) for row in rows]
+            self._attach_results(records, listed=True)
         return records
 
-    def facets(self) -> dict[str, list[str]]:
-        """The values the explorer's filters offer: services, pipelines, metrics and judges stored."""
+    def facets(self, limit: int = FACET_LIMIT, search: str | None = None) -> dict[str, list[str]]:
+        """The values the explorer's filters offer — services, pipelines, metrics and judges stored — each the
+        ``limit`` most frequent (50,000 service names must not make every page megabytes), those containing
+        ``search`` (case-insensitive) where given."""
+        like = f"%{_escape_like(search.lower())}%" if search else "%"
         queries = {
-            "services": "SELECT DISTINCT service FROM records WHERE service IS NOT NULL ORDER BY service",
-            "pipelines": "SELECT DISTINCT pipeline FROM records WHERE pipeline IS NOT NULL ORDER BY pipeline",
-            "metrics": "SELECT DISTINCT metric FROM results ORDER BY metric",
-            "judges": "SELECT DISTINCT judge FROM results WHERE judge IS NOT NULL ORDER BY judge",
+            "services": "SELECT service, COUNT(*) n FROM records WHERE service IS NOT NULL AND lower(service) LIKE ?"
+            " ESCAPE '\\' GROUP BY service ORDER BY n DESC, service LIMIT ?",
+            "pipelines": "SELECT pipeline, COUNT(*) n FROM records WHERE pipeline IS NOT NULL AND lower(pipeline)"
+            " LIKE ? ESCAPE '\\' GROUP BY pipeline ORDER BY n DESC, pipeline LIMIT ?",
+            "metrics": "SELECT metric, COUNT(*) n FROM results WHERE lower(metric) LIKE ? ESCAPE '\\' GROUP BY metric"
+            " ORDER BY n DESC, metric LIMIT ?",
+            "judges": "SELECT judge, COUNT(*) n FROM results WHERE judge IS NOT NULL AND lower(judge) LIKE ?"
+            " ESCAPE '\\' GROUP BY judge ORDER BY n DESC, judge LIMIT ?",
         }
         with self._lock:
-            return {name: [str(r[0]) for r in self._db.execute(sql)] for name, sql in queries.items()}
+            found = {name: [str(r[0]) for r in self._db.execute(sql, (like, limit))] for name, sql in queries.items()}
+        return {name: sorted(values) for name, values in found.items()}
 
-    def _attach_results(self, records: list[StoredRecord]) -> None:
-        """Fill each record's results (the caller holds the lock)."""
+    def _attach_results(self, records: list[StoredRecord], listed: bool = False) -> None:
+        """Fill each record's results (the caller holds the lock); ``listed``: a list row's (no details, texts
+        or long reasons)."""
         by_key = {r.record_key: r for r in records}
         keys = list(by_key)
+        columns = _LISTED_COLUMNS if listed else _COLUMNS
         for start in range(0, len(keys), 500):  # SQLite's bound on parameters
             chunk = keys[start : start + 500]
             rows = self._db.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM results WHERE record_key IN ({', '.join('?' for _ in chunk)}) "
+                f"SELECT {', '.join(columns)} FROM results WHERE record_key IN ({', '.join('?' for _ in chunk)}) "
                 "ORDER BY metric",
                 chunk,
             ).fetchall()
@@ -536,6 +684,7 @@ class ResultsStore:
                     break
             with self._lock:  # results whose record row is gone (or never existed): by their own time
                 self._db.execute("DELETE FROM results WHERE scored_at < ?", (cutoff,))
+                self._db.execute("DELETE FROM exported WHERE exported_at < ?", (cutoff,))
         if max_bytes is not None:
             for _ in range(50):  # each pass deletes a share sized from the overshoot; a few passes suffice
                 used = self.size_bytes()
@@ -574,6 +723,7 @@ class ResultsStore:
                 try:
                     self._db.execute(f"DELETE FROM results WHERE record_key IN ({marks})", keys)
                     self._db.execute(f"DELETE FROM records WHERE record_key IN ({marks})", keys)
+                    self._db.execute(f"DELETE FROM exported WHERE record_key IN ({marks})", keys)
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -635,6 +785,18 @@ def _record_filter(q: RecordQuery) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _listed_record_row(row: Sequence[Any]) -> StoredRecord:
+    """A list row (see :data:`_LISTED_RECORD_COLUMNS`): the record holds only its question and answer."""
+    *columns, question, answer = row
+    values = dict(zip([c for c in _RECORD_COLUMNS if c != "record"], columns))
+    texts = {k: v for k, v in (("user_input", question), ("response", answer)) if isinstance(v, str)}
+    return StoredRecord(**values, record=texts)
+
+
 def _record_row(row: Iterable[Any]) -> StoredRecord:
     values = dict(zip(_RECORD_COLUMNS, row))
     try:
@@ -643,6 +805,19 @@ def _record_row(row: Iterable[Any]) -> StoredRecord:
         record = {}
     values["record"] = record if isinstance(record, dict) else {}
     return StoredRecord(**values)
+
+
+def _as_record(key: str, stored: str | None, result: StoredResult) -> RagRecord:
+    """The record a stored result was scored for, to export it again: the stored one, else (a migrated store's
+    rows, or one that does not parse) what the result row holds."""
+    if stored:
+        try:
+            record = RagRecord.model_validate_json(stored)
+            if record.key == key:
+                return record
+        except ValueError:
+            pass
+    return RagRecord(id=key, trace_id=result.trace_id, pipeline=result.pipeline, service=result.service, metadata={})
 
 
 def _row(row: Iterable[Any]) -> StoredResult:

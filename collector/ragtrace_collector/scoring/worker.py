@@ -28,6 +28,7 @@ lets their leases lapse).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import logging
@@ -36,6 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from ragtrace_collector.internal.secrets import Scrubber
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
@@ -71,12 +73,13 @@ class ScoringObserver(Protocol):
 class ResultSink(Protocol):
     """Somewhere else results go once recorded (e.g. ``gen_ai.evaluation.result`` events over OTLP).
 
-    ``emit`` must not block for long (sinks buffer); ``shutdown`` flushes within its own bound.
+    ``emit`` must not block for long (sinks buffer); ``shutdown`` flushes within ``timeout`` (None: its own bound)
+    and counts what it could not send.
     """
 
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> object: ...
 
-    def shutdown(self) -> None: ...
+    def shutdown(self, timeout: float | None = None) -> None: ...
 
 
 class _Backoff:
@@ -175,12 +178,15 @@ class ScoringWorker:
         backoff_max: float = 30.0,
         max_attempts: int = 10,
         judge_name: str | None = None,
+        scrubber: Scrubber | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("scoring concurrency must be at least 1")
         self.queue = queue
         self.judge = judge
         self.judge_name = judge_name or judge.name
+        # configured secrets (a provider may echo the API key in an error) out of what is stored and exported
+        self.scrubber = scrubber if scrubber is not None else Scrubber()
         self.store = store
         self.metrics = metrics
         self.metrics_for = metrics_for
@@ -234,11 +240,15 @@ class ScoringWorker:
                 await self._sleep(self.poll_interval)
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
-        """Stop leasing; give in-flight records ``drain_timeout`` seconds, release the rest."""
+        """Stop leasing and close, all within ``drain_timeout`` seconds: in-flight records get half of it (those a
+        slow judge holds are released, queued for the next start), the result sinks what remains to send what they
+        hold (what they cannot is counted, and sent again at the next start)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, drain_timeout)
         self._stopping.set()
         self._wake.set()
         if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=max(0.0, drain_timeout))
+            await asyncio.wait(list(self._inflight), timeout=max(0.0, drain_timeout) / 2)
         leftover = dict(self._inflight)
         for task in leftover:
             task.cancel()
@@ -246,21 +256,25 @@ class ScoringWorker:
             await asyncio.gather(*leftover, return_exceptions=True)
             for item in leftover.values():
                 await self._release(item, 0.0, "shutdown")  # a no-op for one its commit acks
-        if self._commits:
-            await asyncio.wait(list(self._commits), timeout=10.0)
+        if self._commits:  # local writes: one that takes longer leaves its record leased (it comes back)
+            await asyncio.wait(list(self._commits), timeout=max(0.5, deadline - loop.time()))
         if self._running is not None and self._running is not asyncio.current_task():
             try:
-                await asyncio.wait_for(self._running, timeout=max(1.0, self.poll_interval * 5))
+                await asyncio.wait_for(self._running, timeout=max(0.1, min(1.0, deadline - loop.time())))
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pass
-        await self.aclose()
+        await self.aclose(max(0.0, deadline - loop.time()))
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Close the sinks (within ``timeout``; None: their own bound), the judge and the results store."""
         if self.closed:
             return
         self.closed = True
         if self.events is not None:
-            await asyncio.to_thread(self.events.shutdown)
+            try:
+                await asyncio.to_thread(self.events.shutdown, timeout)
+            except Exception as exc:  # one failing step must not skip closing the judge and the store
+                log.warning("closing the result sinks failed: %s", exc)
         try:
             await self.judge.aclose()
         except Exception as exc:  # closing must not mask the shutdown
@@ -350,6 +364,7 @@ class ScoringWorker:
         uncounted: Sequence[MetricResult],
         causes: Sequence[JudgeError] = (),
     ) -> None:
+        results = [scrubbed(r, self.scrubber) for r in results]
         commit = asyncio.ensure_future(self._commit(item, results, uncounted, causes))
         self._commits.add(commit)
         commit.add_done_callback(self._commits.discard)
@@ -492,6 +507,14 @@ def _cause(reported: Sequence[JudgeError], waiting: MetricResult) -> JudgeError:
     if reported:
         return reported[0]
     return JudgeError(waiting.reason or "judge unavailable", retryable=True)
+
+
+def scrubbed(result: MetricResult, scrubber: Scrubber) -> MetricResult:
+    """``result`` with every configured secret masked in its reason and details (the same result without any)."""
+    if not scrubber or (result.reason is None and not result.details):
+        return result
+    reason = scrubber.scrub(result.reason) if result.reason is not None else None
+    return dataclasses.replace(result, reason=reason, details=scrubber.scrub_value(result.details))
 
 
 def _stored_result(row: Any) -> MetricResult:

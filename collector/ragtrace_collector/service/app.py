@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -22,12 +23,17 @@ from prometheus_client.exposition import choose_encoder
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.exporter.forward import Forwarder
+from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
+from ragtrace_collector.internal.journal import JSON as JOURNAL_JSON
+from ragtrace_collector.internal.journal import Journal
+from ragtrace_collector.internal.urls import mask_credentials
 from ragtrace_collector.processor.assembly.assembler import Assembler, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from ragtrace_collector.processor.sweep import Sweeper
 from ragtrace_collector.queue.base import ReportsMetrics
+from ragtrace_collector.receiver.decode import MalformedRequest, extract_spans, parse_json, parse_protobuf
 from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
@@ -38,6 +44,36 @@ from ragtrace_collector.telemetry.completeness import IncompleteRecords
 from ragtrace_collector.telemetry.ingest import IngestMetrics
 
 log = logging.getLogger(__name__)
+
+
+class _StopSteps:
+    """The steps of one stop and its deadline: each step gets what remains of it (at least ``floor``, so a release
+    still runs once the time is spent), and one that fails or times out is noted, not let stop the others (as the
+    OpenTelemetry Collector's shutdown collects its components' errors)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        self.loop = loop
+        self.deadline = deadline
+        self.failed: list[str] = []
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - self.loop.time())
+
+    async def run(
+        self, name: str, step: Callable[[], Awaitable[object]], floor: float = 0.0, extra: float = 0.0
+    ) -> None:
+        try:
+            await asyncio.wait_for(step(), timeout=max(floor, self.left() + extra))
+        except asyncio.TimeoutError:
+            self.failed.append(f"{name}: timed out")
+        except Exception as exc:
+            self.failed.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    def call(self, name: str, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception as exc:
+            self.failed.append(f"{name}: {type(exc).__name__}: {exc}")
 
 
 def metrics_response(registry: CollectorRegistry, accept: str | None) -> web.Response:
@@ -54,6 +90,8 @@ class CollectorApp:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = IngestMetrics(self.registry, limits=config.limits)
+        # one credential check (and one failed-credential limiter) for every listener and transport
+        self.guard = CredentialGuard(config.auth, self.registry)
         self.queue = queue  # opened from config in start() unless given
         self._own_queue = queue is None
         self.assembler: Assembler | None = None
@@ -90,11 +128,15 @@ class CollectorApp:
 
     @property
     def ready(self) -> bool:
-        return self._ready and not self._stopping
+        """Started, not stopping, and accepting: not while admission refuses every request (loop lag, downstream
+        pressure, a queue that cannot write), so a balancer never routes requests that would be shed."""
+        if not self._ready or self._stopping:
+            return False
+        return self.ingestor is None or not self.ingestor.refusing()
 
     # --- lifecycle ---
     def _open_queue(self):
-        from ragtrace_collector.queue import open_queue
+        from ragtrace_collector.queue import QueueUnwritable, open_queue
         from ragtrace_collector.queue.spill import MEMORY
 
         url = self.config.queue_url
@@ -102,25 +144,36 @@ class CollectorApp:
             Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
         # Only receivers put records, so only they hold any while Redis is away (workers open no spill file).
         spill = self.config.queue_spill if self.config.runs_receiver else MEMORY
-        return open_queue(url, self.config.queue.max_depth, spill)
+        try:
+            return open_queue(url, self.config.queue.max_depth, spill)
+        except QueueUnwritable as exc:  # say what to set: serve prints it as its one line
+            where = (
+                "is the data directory writable? set data_dir or RAGTRACE_DATA_DIR"
+                if self.config.queue.url is None
+                else "is its directory writable? set queue.url or RAGTRACE_QUEUE__URL"
+            )
+            raise QueueUnwritable(f"{exc} ({where})") from exc
 
     def _check_exposure(self) -> None:
-        """Refuse to listen beyond loopback with no credential, unless ``auth.allow_unauthenticated`` says so:
-        anyone who reached the ports could send spans and read every record."""
+        """Refuse to listen beyond loopback while a scope (ingest, read, review) has no credential, unless
+        ``auth.allow_unauthenticated`` says so: anyone who reached the ports could send spans or read records."""
         cfg = self.config
         listening = (cfg.listen.http_port, cfg.listen.grpc_port, cfg.listen.metrics_port) != (None, None, None)
-        if not listening or is_loopback(cfg.listen.host) or cfg.auth.bearer_token is not None:
+        unguarded = [s.value for s in open_scopes(cfg.auth)]
+        if not listening or is_loopback(cfg.listen.host) or not unguarded:
             return
         if not cfg.auth.allow_unauthenticated:
             raise ValueError(
-                f"listen.host {cfg.listen.host!r} is reachable from other machines and no credential is configured:"
-                " set auth.bearer_token (RAGTRACE_AUTH__BEARER_TOKEN, 16+ bytes), or set"
-                " auth.allow_unauthenticated: true to let anyone who reaches these ports send spans and read records"
+                f"listen.host {cfg.listen.host!r} is reachable from other machines and no credential is configured"
+                f" for {', '.join(unguarded)}: set auth.bearer_token (RAGTRACE_AUTH__BEARER_TOKEN, 16+ bytes) or"
+                " auth.ingest_tokens / read_tokens / review_tokens, or set auth.allow_unauthenticated: true to let"
+                " anyone who reaches these ports send spans and read records"
             )
         log.warning(
-            "listening on %s with no credential (auth.allow_unauthenticated): anyone who reaches these ports can"
-            " send spans and read every record",
+            "listening on %s with no credential for %s (auth.allow_unauthenticated): anyone who reaches these ports"
+            " can use them",
             cfg.listen.host,
+            ", ".join(unguarded),
         )
 
     async def start(self) -> None:
@@ -143,7 +196,7 @@ class CollectorApp:
             self.ingestor = Ingestor(
                 self.assembler.add,
                 self.metrics,
-                bearer_token=cfg.auth.bearer_token,
+                guard=self.guard,
                 max_pending_requests=cfg.limits.max_pending_requests,
                 max_request_bytes=cfg.limits.max_request_bytes,
                 retry_after_seconds=cfg.limits.retry_after_seconds,
@@ -153,7 +206,9 @@ class CollectorApp:
                 max_receiving_bytes=cfg.limits.max_receiving_bytes,
                 pressure=self._under_pressure,
                 forward=self.forwarder.submit if self.forwarder is not None else None,
+                journal=self._open_journal(),
             )
+            self._replay_journal()  # before the receivers open: what a crash left is in assembly first
             self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
             if cfg.listen.http_port is not None:
                 self.http = OtlpHttpReceiver(
@@ -171,7 +226,9 @@ class CollectorApp:
                 idle_seconds=cfg.limits.label_idle_seconds,
                 blocked=blocked_metrics(cfg.scoring),
             )
-            self.sweeper = Sweeper(self.assembler, self.sampler, self.queue, self.metrics, incomplete)
+            self.sweeper = Sweeper(
+                self.assembler, self.sampler, self.queue, self.metrics, incomplete, journal=self.ingestor.journal
+            )
             self._sweep_task = asyncio.create_task(
                 self.sweeper.run(cfg.assembly.sweep_interval_seconds), name="ragtrace-assembly-sweep"
             )
@@ -196,8 +253,38 @@ class CollectorApp:
             self.http_port,
             self.grpc_port,
             self.metrics_port,
-            cfg.queue_url,
+            mask_credentials(cfg.queue_url),
         )
+
+    def _open_journal(self) -> Journal | None:
+        """The assembly journal (``assembly.journal``), or None (off, or in-flight spans wait in Redis)."""
+        path = self.config.journal_path
+        if path is None:
+            return None
+        try:
+            return Journal(path)
+        except OSError as exc:
+            raise OSError(f"cannot open the assembly journal at {path}: {exc.strerror or exc}") from None
+
+    def _replay_journal(self) -> None:
+        """Ingest again what a previous process acknowledged and did not queue (a crash): its spans go to
+        assembly as if just received, counted under transport ``journal``."""
+        ingestor, assembler = self.ingestor, self.assembler
+        if ingestor is None or ingestor.journal is None or assembler is None:
+            return
+        requests = spans = 0
+        for kind, payload in ingestor.journal.replay():
+            try:
+                message = parse_json(payload) if kind == JOURNAL_JSON else parse_protobuf(payload)
+            except MalformedRequest:  # journaled only after it decoded: a foreign file, skipped
+                continue
+            decoded = extract_spans(message)
+            assembler.add(decoded)
+            requests += 1
+            spans += decoded.accepted
+            self.metrics.spans("journal", decoded.accepted, None)
+        if requests:
+            log.info("replayed %d acknowledged requests (%d spans) from the assembly journal", requests, spans)
 
     def _host_check(self, listener: str):
         """The DNS-rebinding check of one HTTP listener (``listen.allowed_hosts``), its refusals counted."""
@@ -223,7 +310,7 @@ class CollectorApp:
         app.router.add_get("/readyz", handle_ready)
         if self.config.explorer.enabled:
             self.explorer = Explorer(
-                self.config.results_path, self.config.explorer, self.config.auth.bearer_token, registry=self.registry
+                self.config.results_path, self.config.explorer, self.guard, self.config.auth.session_hours
             )
             self.explorer.add_routes(app)
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -232,47 +319,89 @@ class CollectorApp:
         await site.start()
         self._metrics_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    async def stop(self, drain_timeout: float = 10.0) -> None:
-        """Stop receiving, flush every in-flight trace through sampling to the queue, stop the worker."""
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop within ``drain_timeout`` seconds (default ``shutdown_timeout_seconds``), whatever the downstreams
+        and the judge do: the receivers first, in-flight traces flushed to the queue, then the worker (scoring,
+        then its exporters) and the forwarder, side by side, each given what remains of one deadline; then
+        everything is let go. A step that fails or runs out of time is logged and the next ones still run; what
+        the stop leaves undone is counted as ``shutdown`` and stays durable (unscored records stay queued, scores
+        not exported are sent again at the next start)."""
         if self._stopping:
             return
         self._stopping = True
+        loop = asyncio.get_running_loop()
+        bound = self.config.shutdown_timeout_seconds if drain_timeout is None else max(0.0, drain_timeout)
+        started = loop.time()
+        stop = _StopSteps(loop, started + bound)
+        await self._stop_intake(stop)
+        forwarding = (  # the forwarder drains beside the worker: neither waits for the other's downstream
+            asyncio.ensure_future(asyncio.to_thread(self.forwarder.shutdown, stop.left()))
+            if self.forwarder is not None
+            else None
+        )
+        await self._stop_scoring(stop)
+        if forwarding is not None:
+            await stop.run("forwarder", lambda: forwarding, extra=1.0)
+        await self._release(stop)
+        took = loop.time() - started
+        if stop.failed:
+            log.warning(
+                "stopped in %.1fs (bound %.1fs); steps that failed or ran out of time: %s",
+                took,
+                bound,
+                "; ".join(stop.failed),
+            )
+        else:
+            log.info("stopped in %.1fs", took)
+
+    async def _stop_intake(self, stop: _StopSteps) -> None:
+        """Stop receiving, stop the periodic tasks, and flush every in-flight trace through sampling to the queue."""
         if self.http is not None:
-            await self.http.stop()
-        if self.grpc is not None:
-            await self.grpc.stop(grace=min(1.0, drain_timeout))
-        if self.forwarder is not None:  # what waits goes on within the bound, the rest is counted as shutdown
-            await asyncio.to_thread(self.forwarder.shutdown, min(drain_timeout, self.config.forward.timeout_seconds))
+            await stop.run("otlp/http receiver", self.http.stop, floor=0.5)
+        grpc = self.grpc
+        if grpc is not None:
+            await stop.run("otlp/grpc receiver", lambda: grpc.stop(grace=min(1.0, stop.left())), floor=0.5)
         for task in (self._sweep_task, self._lag_task, self._retention_task):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if self.sweeper is not None:
-            await self.sweeper.run_once(everything=True)
-        if self.worker is not None:
-            try:
-                await self.worker.stop(drain_timeout)
-            except Exception:
-                log.exception("scoring worker did not stop cleanly")
+        sweeper = self.sweeper
+        if sweeper is not None:
+            await stop.run("assembly flush", lambda: sweeper.run_once(everything=True), floor=0.5)
+
+    async def _stop_scoring(self, stop: _StopSteps) -> None:
+        """The worker finishes what it can within what remains (it bounds itself; the margin is a safety net)."""
+        worker = self.worker
+        if worker is not None:
+            await stop.run("scoring worker", lambda: worker.stop(stop.left()), extra=1.0)
         if self._worker_task is not None:
             if not self._worker_task.done():
                 self._worker_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._worker_task
-        if self.sweeper is not None:
-            self.sweeper.close()
+                await asyncio.wait_for(self._worker_task, timeout=max(0.5, stop.left()))
+
+    async def _release(self, stop: _StopSteps) -> None:
+        """Let go of what is local: the queue, /metrics and the explorer, assembly state, the budget."""
+        sweeper = self.sweeper
+        if sweeper is not None:
+            await stop.run("queue puts", lambda: asyncio.to_thread(sweeper.close), floor=0.5)
         if self.queue is not None and self._own_queue:
-            self.queue.close()
-        if self._metrics_runner is not None:
-            await self._metrics_runner.cleanup()
-        if self.explorer is not None:
-            await asyncio.to_thread(self.explorer.close)
+            stop.call("queue", self.queue.close)
+        journal = self.ingestor.journal if self.ingestor is not None else None
+        if journal is not None:  # what was not queued stays in it for the next start
+            await stop.run("assembly journal", lambda: asyncio.to_thread(journal.close), floor=0.5)
+        runner = self._metrics_runner
+        if runner is not None:
+            await stop.run("/metrics listener", runner.cleanup, floor=0.5)
+        explorer = self.explorer
+        if explorer is not None:
+            await stop.run("explorer", lambda: asyncio.to_thread(explorer.close), floor=0.5)
         if self.assembler is not None:
-            self.assembler.state.close()
-            self.assembler.pairing.close()
+            stop.call("assembly state", self.assembler.state.close)
+            stop.call("pairing state", self.assembler.pairing.close)
         if self.budget is not None:
-            self.budget.close()
+            stop.call("budget", self.budget.close)
 
     async def _enforce_retention(self, store: ResultsStore) -> None:
         """Keep the results store within ``export.results_retention`` (age and size), now and every interval."""
@@ -289,9 +418,12 @@ class CollectorApp:
 
     # --- admission's view of downstream pressure ---
     def _under_pressure(self) -> bool:
-        """Shed new OTLP requests while completed traces wait longer than the backlog bound to become
-        records, or assembly holds more than 90% of its trace or byte bound (rather than evicting)."""
+        """Shed new OTLP requests while the queue cannot write (a full disk: what it was given waits in memory),
+        completed traces wait longer than the backlog bound to become records, or assembly holds more than 90% of
+        its trace or byte bound (rather than evicting)."""
         limits, assembly = self.config.limits, self.config.assembly
+        if self.queue is not None and not self.queue.writable:
+            return True
         if (
             self.sweeper is not None
             and limits.max_loop_lag_seconds is not None

@@ -7,23 +7,29 @@ interfaces; this is where the concrete ones (Prometheus, OTLP events, Phoenix an
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.config import CollectorConfig, JudgeConfig, LocalJudgeConfig, ScoringConfig
+from ragtrace_collector.exporter import otlp_events, phoenix
 from ragtrace_collector.exporter.otlp_events import EvaluationEvents
 from ragtrace_collector.exporter.phoenix import PhoenixAnnotations
 from ragtrace_collector.exporter.prometheus import eval_metrics_for, watch_queue
+from ragtrace_collector.internal.secrets import Scrubber, config_secrets
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import RecordQueue
 from ragtrace_collector.scoring.engine import evaluate_record, unknown_metrics
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.scoring.judges import make_judge
 from ragtrace_collector.scoring.metrics import METRICS
 from ragtrace_collector.scoring.options import ScoringOptions
-from ragtrace_collector.scoring.results_store import ResultsStore
+from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
 from ragtrace_collector.scoring.worker import ResultSink, ScoringWorker, TimedJudge, metrics_selector
 
 log = logging.getLogger(__name__)
@@ -42,37 +48,196 @@ class FanOut:
             except Exception as exc:
                 log.warning("results not sent by %s: %s", type(sink).__name__, exc)
 
-    def shutdown(self) -> None:
-        for sink in self.sinks:
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Close every sink, all within ``timeout`` (they flush side by side): one that fails or hangs costs a log
+        line, not the others' time."""
+        closing = [
+            threading.Thread(target=_close, args=(sink, timeout), name="ragtrace-sink-shutdown", daemon=True)
+            for sink in self.sinks
+        ]
+        for thread in closing:
+            thread.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in closing:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+def _close(sink: ResultSink, timeout: float | None) -> None:
+    try:
+        sink.shutdown(timeout)
+    except Exception as exc:
+        log.warning("closing %s failed: %s", type(sink).__name__, exc)
+
+
+#: Results stored at most this long ago and not confirmed by an exporter are sent again at start ...
+RESEND_HOURS = 24.0
+#: ... at most this many per exporter (Phoenix keeps ``max_pending`` annotations waiting: they go a page at a time).
+RESEND_MAX_RESULTS = 10_000
+RESEND_PAGE = 500
+
+
+@dataclass
+class Resend:
+    """One exporter's side of :class:`ExportResume`: its name in the results store, the statuses it sends, the
+    sink, and how to wait for what it was given to leave (so a page never overflows its buffer)."""
+
+    exporter: str
+    statuses: tuple[str, ...]
+    sink: ResultSink
+    drain: Callable[[], object]
+
+
+class ExportResume:
+    """At start, sends again the results the store holds that an exporter never confirmed (a ``kill -9``, a stop past
+    its bound, a downstream that was down): stored in the last ``hours``, at most ``max_results`` per exporter,
+    oldest first, from a daemon thread beside the live results. Exports are at least once; the downstreams keep one
+    per identifier (Phoenix upserts, events carry ``ragtrace.evaluation.id``)."""
+
+    def __init__(
+        self,
+        store: ResultsStore,
+        resends: Sequence[Resend],
+        *,
+        hours: float = RESEND_HOURS,
+        max_results: int = RESEND_MAX_RESULTS,
+        page: int = RESEND_PAGE,
+    ) -> None:
+        self.store = store
+        self.resends = list(resends)
+        self.hours = hours
+        self.max_results = max_results
+        self.page = page
+        self.until = time.time()  # live results (stored from now on) are the sinks' own
+        self.sent: dict[str, int] = {}  # per exporter, results sent again
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ragtrace-export-resume", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        """Stop between pages (what is not sent is still unconfirmed: the next start sends it)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every page was handed over; False when ``timeout`` passed first (tests)."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        for resend in self.resends:
             try:
-                sink.shutdown()
-            except Exception as exc:
-                log.warning("closing %s failed: %s", type(sink).__name__, exc)
+                self._resend(resend)
+            except Exception as exc:  # a closed or locked store: the next start tries again
+                log.warning("results not sent again to %s: %s", resend.exporter, exc)
+            if self.sent.get(resend.exporter):
+                log.info("%d stored results sent again to %s", self.sent[resend.exporter], resend.exporter)
+
+    def _resend(self, resend: Resend) -> None:
+        since = self.until - self.hours * 3600.0
+        cursor: tuple[float, str, str] | None = None
+        left = self.max_results
+        while left > 0 and not self._stop.is_set():
+            page, cursor = self.store.unexported(
+                resend.exporter,
+                resend.statuses,
+                since=since,
+                until=self.until,
+                after=cursor,
+                limit=min(self.page, left),
+            )
+            for record, rows in page:
+                resend.sink.emit(record, [_stored_result(r) for r in rows], rows[0].judge or "unknown")
+                left -= len(rows)
+                self.sent[resend.exporter] = self.sent.get(resend.exporter, 0) + len(rows)
+            if cursor is None:
+                return
+            resend.drain()
 
 
-def result_sinks(config: CollectorConfig, registry: CollectorRegistry) -> ResultSink | None:
-    """Where results go besides Prometheus and the results store: OTLP events, Phoenix annotations (as configured)."""
-    sinks: list[ResultSink] = []
+def _stored_result(row: StoredResult) -> MetricResult:
+    """A stored row as the result it was: usage is not stored, so an LLM judge's result counts one call (Phoenix's
+    annotator kind stays LLM)."""
+    calls = 0 if row.judge == phoenix.LOCAL_JUDGE else 1
+    return MetricResult(
+        row.metric,
+        row.status,  # type: ignore[arg-type]
+        score=row.score,
+        reason=row.reason,
+        details=dict(row.details or {}),
+        higher_is_better=bool(row.higher_is_better),
+        label=row.label,
+        usage=JudgeUsage(calls=calls),
+    )
+
+
+class ExportingSinks(FanOut):
+    """The configured sinks, and the :class:`ExportResume` sending them what they never confirmed."""
+
+    def __init__(self, sinks: Sequence[ResultSink], resume: ExportResume | None) -> None:
+        super().__init__(sinks)
+        self.resume = resume
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        if self.resume is not None:
+            self.resume.stop()
+        super().shutdown(timeout)
+
+
+def result_sinks(
+    config: CollectorConfig, registry: CollectorRegistry, store: ResultsStore | None = None
+) -> ExportingSinks | None:
+    """Where results go besides Prometheus and the results store: OTLP events, Phoenix annotations (as configured).
+    With ``store``, each confirms in it what it delivered, and what it never confirmed is sent again from start."""
+    confirm = _confirmer(store)
+    resends: list[Resend] = []
     events_cfg = config.export.otlp_events
     if events_cfg.endpoint:
-        sinks.append(
-            EvaluationEvents(events_cfg.endpoint, protocol=events_cfg.protocol, headers=dict(events_cfg.headers))
+        events = EvaluationEvents(
+            events_cfg.endpoint,
+            protocol=events_cfg.protocol,
+            headers=dict(events_cfg.headers),
+            registry=registry,
+            confirm=confirm(otlp_events.EXPORTER),
         )
-    phoenix = config.export.phoenix
-    if phoenix.endpoint:
-        sinks.append(
-            PhoenixAnnotations(
-                phoenix.endpoint,
-                api_key=phoenix.api_key,
-                batch_size=phoenix.batch_size,
-                max_pending=phoenix.max_pending,
-                timeout=phoenix.timeout_seconds,
-                registry=registry,
-            )
+        resends.append(Resend(otlp_events.EXPORTER, otlp_events.STATUSES, events, lambda: events.flush(30_000)))
+    phoenix_cfg = config.export.phoenix
+    if phoenix_cfg.endpoint:
+        annotations = PhoenixAnnotations(
+            phoenix_cfg.endpoint,
+            api_key=phoenix_cfg.api_key,
+            batch_size=phoenix_cfg.batch_size,
+            max_pending=phoenix_cfg.max_pending,
+            timeout=phoenix_cfg.timeout_seconds,
+            registry=registry,
+            confirm=confirm(phoenix.EXPORTER),
         )
-    if not sinks:
+        resends.append(Resend(phoenix.EXPORTER, phoenix.STATUSES, annotations, lambda: annotations.flush(60.0)))
+    if not resends:
         return None
-    return sinks[0] if len(sinks) == 1 else FanOut(sinks)
+    resume = ExportResume(store, resends) if store is not None else None
+    sinks = ExportingSinks([r.sink for r in resends], resume)
+    if resume is not None:
+        resume.start()
+    return sinks
+
+
+def _confirmer(store: ResultsStore | None) -> Callable[[str], Callable[[list[tuple[str, str]]], None] | None]:
+    """Per exporter name, the callback marking its deliveries in ``store`` (none without a store)."""
+
+    def confirm(exporter: str) -> Callable[[list[tuple[str, str]]], None] | None:
+        if store is None:
+            return None
+        marks = store
+
+        def mark(keys: list[tuple[str, str]]) -> None:
+            marks.mark_exported(exporter, keys)
+
+        return mark
+
+    return confirm
 
 
 def build_worker(
@@ -97,12 +262,13 @@ def build_worker(
         metrics_for=metrics_selector(scoring.metrics, dict(scoring.pipelines)),
         evaluate=evaluate_record,
         options=ScoringOptions.from_config(scoring.options),
-        events=result_sinks(config, registry),
+        events=result_sinks(config, registry, store),
         concurrency=scoring.concurrency,
         lease_seconds=scoring.lease_seconds,
         backoff_initial=scoring.backoff_initial_seconds,
         backoff_max=scoring.backoff_max_seconds,
         judge_name=judge.name,
+        scrubber=Scrubber(config_secrets(config, os.environ)),
     )
 
 

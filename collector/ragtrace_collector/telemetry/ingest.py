@@ -25,6 +25,7 @@ from ragtrace_collector.telemetry.labels import (  # noqa: F401 (OTHER, UNKNOWN 
     Member,
     series_overflow,
 )
+from ragtrace_collector.telemetry.slots import Reclaim
 
 # OTel GenAI advisory buckets (gen_ai.server.time_to_first_token, gen_ai.client.operation.duration, ...)
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -63,8 +64,9 @@ class IngestMetrics:
 
     The families labelled by the traffic form label sets (``{service,pipeline,model}``,
     ``{service,pipeline}``, ``{pipeline,reason}`` twice), each within ``limits.max_series_per_label_set``
-    series (what overflows is counted in ``ragtrace_metric_series_overflow_total{metric}``); ``clock``
-    (swappable, like the assembler's) times their idle expiry.
+    series (what overflows is counted in ``ragtrace_metric_series_overflow_total{metric}``); a name turned
+    away that recurs takes a one-shot one's slot (``limits.label_reclaim_hits``); ``clock`` (swappable, like
+    the assembler's) times their idle expiry and recent frequency.
     """
 
     def __init__(
@@ -80,9 +82,10 @@ class IngestMetrics:
         self.clock = clock
         limits = limits if limits is not None else LimitsConfig()
         idle = limits.label_idle_seconds
-        self.service_label = BoundedLabel(max_services, idle, self._now)
-        self.pipeline_label = BoundedLabel(max_pipelines, idle, self._now)
-        self.model_label = BoundedLabel(max_models, idle, self._now)
+        reclaim = Reclaim(limits.label_reclaim_hits, limits.label_reclaim_window_seconds)
+        self.service_label = BoundedLabel(max_services, idle, self._now, reclaim)
+        self.pipeline_label = BoundedLabel(max_pipelines, idle, self._now, reclaim)
+        self.model_label = BoundedLabel(max_models, idle, self._now, reclaim)
         spm = ("service", "pipeline", "model")
         sp = ("service", "pipeline")
 
@@ -181,6 +184,7 @@ class IngestMetrics:
                 idle_seconds=idle,
                 overflow=overflow,
                 clock=self._now,
+                reclaim=reclaim,
             )
 
         one: tuple[tuple[str, ...], ...] = ((),)

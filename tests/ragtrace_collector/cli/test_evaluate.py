@@ -44,6 +44,8 @@ def server():
 
 
 def run_cli(server, data: Path, out: Path, *extra: str) -> int:
+    key = out.with_name("judge.key")
+    key.write_text("k\n")
     return main(
         [
             "evaluate",
@@ -52,8 +54,8 @@ def run_cli(server, data: Path, out: Path, *extra: str) -> int:
             "openai/scripted",
             "--judge-base-url",
             server.base_url,
-            "--judge-api-key",
-            "k",
+            "--judge-api-key-file",
+            str(key),
             "--timeout",
             "20",
             "--max-retries",
@@ -208,7 +210,9 @@ def parse_evaluate(*argv: str):
     return parser.parse_args(list(argv))
 
 
-def test_flags_are_overrides_of_the_judge_and_scoring_sections():
+def test_flags_are_overrides_of_the_judge_and_scoring_sections(tmp_path):
+    key = tmp_path / "judge.key"
+    key.write_text("  k\n")
     args = parse_evaluate(
         "in.jsonl",
         "--out",
@@ -217,8 +221,8 @@ def test_flags_are_overrides_of_the_judge_and_scoring_sections():
         "openai/x",
         "--judge-base-url",
         "http://j/v1",
-        "--judge-api-key",
-        "k",
+        "--judge-api-key-file",
+        str(key),
         "--embedding-model",
         "openai/emb",
         "--concurrency",

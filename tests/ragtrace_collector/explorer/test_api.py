@@ -34,7 +34,7 @@ def test_the_api_needs_the_token_and_metrics_does_not(fed: Fed):
 def test_browser_sign_in_sets_a_cookie_that_is_not_the_token(fed: Fed):
     with httpx.Client(base_url=fed.base, timeout=10) as client:
         refused = client.post("/explorer/login", data={"token": "nope", "next": "/explorer/"})
-        assert refused.status_code == 401 and "not the configured one" in refused.text
+        assert refused.status_code == 401 and "not one of the configured ones" in refused.text
         signed = client.post("/explorer/login", data={"token": TOKEN, "next": "/explorer/?sort=worst"})
         assert signed.status_code == 303 and signed.headers["Location"] == "/explorer/?sort=worst"
         cookie = signed.cookies["ragtrace_explorer"]

@@ -67,6 +67,7 @@ def test_event_over_real_otlp_carries_the_scored_trace_and_span(sink, protocol):
         "ragtrace.judge": "local",
         "ragtrace.pipeline.name": "qa",
         "ragtrace.evaluated.service": "shop",
+        "ragtrace.evaluation.id": f"{TRACE}/faithfulness",  # one per result, whichever delivery
     }
     assert event["severity_text"] == "INFO" and event["severity_number"] == 9
     assert event["resource"]["service.name"] == "ragtrace-collector"

@@ -91,10 +91,12 @@ async def test_oversized_is_resource_exhausted(served):
 
 
 async def test_bearer_token(served):
-    stack = await served(bearer_token="s3cret")
+    stack = await served(bearer_token="s3cret-0123456789abcdef")
     _, spans = F.finished_spans(F.ragtrace_shaped())
     assert await asyncio.to_thread(export, stack.target, spans) == SpanExportResult.FAILURE
-    ok = await asyncio.to_thread(export, stack.target, spans, headers=(("authorization", "Bearer s3cret"),))
+    ok = await asyncio.to_thread(
+        export, stack.target, spans, headers=(("authorization", "Bearer s3cret-0123456789abcdef"),)
+    )
     assert ok == SpanExportResult.SUCCESS
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call_raw(stack.target, b"", metadata=(("authorization", "Bearer nope"),))

@@ -194,15 +194,15 @@ async def test_oversized_is_413(served):
 
 
 async def test_bearer_token(served):
-    stack = await served(bearer_token="s3cret")
+    stack = await served(bearer_token="s3cret-0123456789abcdef")
     _, spans = F.finished_spans(F.ragtrace_shaped())
     assert await asyncio.to_thread(export, stack.url, spans) == SpanExportResult.FAILURE
     assert await asyncio.to_thread(export, stack.url, spans, headers={"Authorization": "Bearer wrong"}) == (
         SpanExportResult.FAILURE
     )
-    assert await asyncio.to_thread(export, stack.url, spans, headers={"Authorization": "Bearer s3cret"}) == (
-        SpanExportResult.SUCCESS
-    )
+    assert await asyncio.to_thread(
+        export, stack.url, spans, headers={"Authorization": "Bearer s3cret-0123456789abcdef"}
+    ) == (SpanExportResult.SUCCESS)
     assert stack.requests("http", "unauthenticated") == 2 and stack.spans("http") == 3
     async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/traces", data=b"", headers=PB) as r:
         assert r.status == 401 and r.headers["WWW-Authenticate"] == "Bearer"

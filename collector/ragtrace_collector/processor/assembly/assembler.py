@@ -100,6 +100,10 @@ def pairing_from_config(assembly_config: AssemblyConfig) -> PairingState:
     return InMemoryPairingState(window=assembly_config.duplicate_call_window_seconds)
 
 
+#: Record metadata the assembler writes (why a trace completed, the span scores annotate); never from span content.
+DERIVED_METADATA = ("ragtrace.assembly", "root_span_id")
+
+
 class Assembler:
     """Feeds decoded requests into an :class:`AssemblyState` and turns completed traces into records.
 
@@ -199,6 +203,7 @@ class Assembler:
                 owner = unbuilt.get(twin.trace_id)
                 if owner is not None:
                     owner.spans.extend(duplicates.adopt(c.spans, call, twin))
+                    owner.first_seen = min(owner.first_seen, c.first_seen)
                 paired += 1
             elif everything or now - since >= self.pairing.window:
                 out.append(c)
@@ -238,7 +243,8 @@ class Assembler:
             retrieval = self.pairing.take_fed(answer)
             if retrieval is not None:
                 spans = halves.join(retrieval.spans, c.spans, retrieval.trace_id)
-                out.append(CompletedTrace(retrieval.trace_id, spans, retrieval.reason))
+                first_seen = min(retrieval.first_seen, c.first_seen)
+                out.append(CompletedTrace(retrieval.trace_id, spans, retrieval.reason, first_seen))
                 joined += 1
             elif everything or now - since >= self.pairing.settle:
                 out.append(c)
@@ -252,13 +258,24 @@ class Assembler:
     def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
         """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""
         record = self.builder(completed.trace_id, completed.spans, full=full)
+        # Keys the collector derives: a span's own metadata (OpenInference ``metadata``) never sets them, or a
+        # traced request would choose the span its scores annotate.
+        for key in DERIVED_METADATA:
+            record.metadata.pop(key, None)
         if completed.reason != REASON_ROOT:
-            record.metadata.setdefault("ragtrace.assembly", completed.reason)
+            record.metadata["ragtrace.assembly"] = completed.reason
         # The evaluation events (ragtrace_collector.exporter.otlp_events) hang under the trace's root span.
         root = next((s for s in completed.spans if not s.parent_id), None)
         if root is not None and root.span_id:
-            record.metadata.setdefault("root_span_id", root.span_id)
+            record.metadata["root_span_id"] = root.span_id
         return record
+
+    def oldest_first_seen(self) -> float | None:
+        """When the first span of the oldest trace still here arrived — in flight, or completed and held back
+        for pairing — (None: nothing here): what the assembly journal must keep since."""
+        held = [c.first_seen for _, c, _ in (*self._held.values(), *self._answers.values())]
+        found = [t for t in (self.state.oldest_first_seen(), self.pairing.oldest_first_seen(), *held) if t is not None]
+        return min(found, default=None)
 
     def collect(self, limit: int | None = None, everything: bool = False) -> list[RagRecord]:
         """Build the records of every completed trace."""

@@ -18,11 +18,12 @@ from ragtrace_collector.processor.assembly.state import (
 
 
 class _Pending:
-    __slots__ = ("deadline", "nbytes", "root_seen", "spans")
+    __slots__ = ("deadline", "first_seen", "nbytes", "root_seen", "spans")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, first_seen: float, deadline: float) -> None:
         self.spans: list[SpanData] = []
         self.nbytes = 0
+        self.first_seen = first_seen
         self.deadline = deadline
         self.root_seen = False
 
@@ -58,7 +59,7 @@ class InMemoryAssemblyState(AssemblyState):
         pending = self._traces.pop(trace_id)
         self._bytes -= pending.nbytes
         self._remember(trace_id)
-        return CompletedTrace(trace_id, pending.spans, reason)
+        return CompletedTrace(trace_id, pending.spans, reason, pending.first_seen)
 
     def add(self, trace_id: str, spans: list[SpanData], nbytes: int, root_seen: bool, now: float) -> AddResult:
         result = AddResult()
@@ -67,7 +68,7 @@ class InMemoryAssemblyState(AssemblyState):
             return result
         pending = self._traces.get(trace_id)
         if pending is None:
-            pending = _Pending(now + self.max_wait)
+            pending = _Pending(now, now + self.max_wait)
             self._traces[trace_id] = pending
             heapq.heappush(self._heap, (pending.deadline, trace_id))
         pending.spans.extend(spans)
@@ -108,3 +109,7 @@ class InMemoryAssemblyState(AssemblyState):
 
     def inflight(self) -> tuple[int, int]:
         return len(self._traces), self._bytes
+
+    def oldest_first_seen(self) -> float | None:
+        # the dict is in first-seen order
+        return next(iter(self._traces.values())).first_seen if self._traces else None

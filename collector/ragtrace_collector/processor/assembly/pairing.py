@@ -98,6 +98,11 @@ class PairingState(abc.ABC):
     def release(self, now: float, everything: bool = False) -> list[CompletedTrace]:
         """Held retrievals whose window passed (or all this process may release, with ``everything``)."""
 
+    def oldest_first_seen(self) -> float | None:
+        """The earliest ``first_seen`` of the retrievals this process holds (None: none). A shared state, whose
+        retrievals live outside this process, answers None: they are not this process's to journal."""
+        return None
+
     def close(self) -> None:
         """Release resources."""
 
@@ -165,6 +170,9 @@ class InMemoryPairingState(PairingState):
         source = max(fed, key=lambda h: h.half.end)  # the latest retrieval before the call
         del self._held[source.trace.trace_id]
         return source.trace
+
+    def oldest_first_seen(self) -> float | None:
+        return min((h.trace.first_seen for _, h in self._held.values()), default=None)
 
     def release(self, now: float, everything: bool = False) -> list[CompletedTrace]:
         out = []

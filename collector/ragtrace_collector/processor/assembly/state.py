@@ -20,11 +20,13 @@ REASON_SHUTDOWN = "shutdown"
 
 @dataclass
 class CompletedTrace:
-    """A trace leaving assembly, with why it was considered complete."""
+    """A trace leaving assembly, with why it was considered complete and when its first span arrived (the
+    state's clock; 0.0 where unknown): until it is queued, the assembly journal keeps what was appended since."""
 
     trace_id: str
     spans: list[SpanData]
     reason: str
+    first_seen: float = 0.0
 
 
 @dataclass
@@ -65,6 +67,11 @@ class AssemblyState(abc.ABC):
     @abc.abstractmethod
     def inflight(self) -> tuple[int, int]:
         """(traces, bytes) currently held."""
+
+    def oldest_first_seen(self) -> float | None:
+        """When the first span of the oldest trace held arrived (None: nothing held). A state that does not keep
+        it (one shared between hosts, whose spans wait outside this process) answers 0.0: "any time"."""
+        return 0.0 if self.inflight()[0] else None
 
     def close(self) -> None:
         """Release resources."""
