@@ -13,6 +13,9 @@ generator; 170 traces = 510 spans per request, like a BatchSpanProcessor export)
 3. Latency at 0.5× and 2× that rate, open loop (requests sent on schedule whether or not earlier ones
    finished): p50/p99, share shed (503 + Retry-After), and the collector's RSS before and after —
    overload must shed, not queue unboundedly.
+4. The assembly journal's cost (``--journal-cost`` alone runs only this): two collectors, journal on (the
+   default) and off, driven in alternating closed-loop rounds with the same bodies; spans per collector
+   CPU-second each, and the journal's share of ingest CPU (target <= 15%).
 """
 
 from __future__ import annotations
@@ -359,7 +362,11 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=4, help="closed-loop connections")
     ap.add_argument("--sampling-rate", type=float, default=0.01, help="collector sampling rate (records queued)")
     ap.add_argument("--max-pending", type=int, default=16, help="collector limits.max_pending_requests (default 16)")
+    ap.add_argument("--journal-cost", action="store_true", help="only section 4: the journal on vs off")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per collector in section 4")
     args = ap.parse_args()
+    if args.journal_cost:
+        return journal_cost(args)
 
     print("== in-process ceilings (one core, same bodies) ==")
     rows = ceilings()
@@ -465,6 +472,50 @@ def main() -> int:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+    print()
+    return journal_cost(args)
+
+
+def journal_cost(args: argparse.Namespace) -> int:
+    """Section 4: the same closed-loop load on a collector with the journal and one without, in alternating
+    rounds (so machine noise falls on both), spans accepted per collector CPU-second each."""
+    print(f"== 4. the assembly journal's cost ({args.rounds} alternating rounds of {args.seconds:.0f} s each) ==")
+    started = []
+    try:
+        for journal in ("true", "false"):
+            data_dir = tempfile.mkdtemp(prefix=f"ragtrace-bench-journal-{journal}-")
+            env = {"RAGTRACE_ASSEMBLY__JOURNAL": journal}
+            proc, http, _ = start_collector(data_dir, args.sampling_rate, args.max_pending, extra_env=env)
+            started.append((journal, proc, f"http://127.0.0.1:{http}/v1/traces", data_dir))
+        totals = {journal: [0, 0.0] for journal, *_ in started}  # spans accepted, CPU seconds
+        for _, _, url, _ in started:
+            drive(url, "closed", 2.0, args.connections)  # warm-up
+        for _ in range(args.rounds):
+            for journal, proc, url, _ in started:
+                cpu0 = proc_cpu_seconds(proc.pid)
+                res = drive(url, "closed", args.seconds, args.connections)
+                totals[journal][0] += res["statuses"].get(200, 0) * res["spans_per_request"]
+                totals[journal][1] += proc_cpu_seconds(proc.pid) - cpu0
+        rate = {j: spans / max(1e-9, cpu) for j, (spans, cpu) in totals.items()}
+        for journal, (spans, cpu) in totals.items():
+            label = "journal on " if journal == "true" else "journal off"
+            print(
+                f"  {label}  {rate[journal]:>10,.0f} spans per collector CPU-second ({spans:,} spans, {cpu:.1f} s CPU)"
+            )
+        share = 1 - rate["true"] / rate["false"]
+        print(f"  the journal's share of ingest CPU: {100 * share:.1f}%   target <= 15%")
+        on_dir = started[0][3]
+        segments = list(Path(on_dir, "journal").glob("segment-*.log"))
+        print(
+            f"  journal on disk after the load: {len(segments)} segments, {sum(p.stat().st_size for p in segments) / 1e6:.1f} MB"
+        )
+    finally:
+        for _, proc, _, _ in started:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     return 0
 
 

@@ -241,6 +241,9 @@ class AssemblyConfig(_Section):
     late_span_memory: int = 100_000  # completed trace ids remembered to recognise late spans
     sweep_interval_seconds: float = 0.2
     shared_state: str | None = None  # redis://... shares in-flight traces between receivers (scale-out)
+    # shared_state only: a trace a receiver popped stays claimed in Redis until its record is queued; a claim older
+    # than this (the receiver was killed in between) is popped again by any receiver. Longer than a sweep's puts
+    claim_lease_seconds: float = Field(default=30.0, gt=0)
     # a sampled record lacking a field (question, contexts, answer, model, tokens, TTFT) is counted in
     # ragtrace_record_incomplete_total; the log says why, once per service and cause per this many seconds
     incomplete_log_interval_seconds: float = Field(default=300.0, gt=0)

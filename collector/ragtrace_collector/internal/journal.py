@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import queue
 import struct
@@ -40,9 +41,10 @@ log = logging.getLogger(__name__)
 
 PROTOBUF, JSON = 0, 1
 HEARTBEAT = 2  # an empty record :meth:`Journal.probe` writes to learn whether the disk takes writes again
+_ROTATE = 3  # not a record: asks the writer to close the current segment (so truncation can delete it)
 _HEADER = struct.Struct("<IIB")
 _MAX_RECORD = 256 * 1024 * 1024  # a length beyond any request: a torn or foreign header
-MARGIN = 1.0  # seconds: an acknowledged append reaches assembly well within this
+MARGIN = 0.5  # seconds: an acknowledged append reaches assembly well within this
 
 
 class JournalError(OSError):
@@ -119,6 +121,8 @@ class Journal:
         # False from a failed write until one succeeds: the receivers refuse requests meanwhile (not ready)
         self.writable = True
         self._probing = False
+        self._rotating = False
+        self._last_append_at = -math.inf  # clock time of the last durable append
 
     # --- the hot path ---
     async def append(self, kind: int, payload: bytes) -> None:
@@ -160,6 +164,7 @@ class Journal:
         """Delete the closed segments whose appends all came before ``watermark`` (nothing appended to them can
         still be waiting outside the queue); how many were deleted. :data:`MARGIN` covers the moment between an
         append being durable and its spans reaching assembly."""
+        self._close_idle_current(watermark)
         with self._lock:
             gone = [s for s in self._segments if s.closed_at is not None and s.closed_at < watermark - MARGIN]
             self._segments = [s for s in self._segments if s not in gone]
@@ -169,6 +174,18 @@ class Journal:
             except FileNotFoundError:
                 pass
         return len(gone)
+
+    def _close_idle_current(self, watermark: float) -> None:
+        """Traffic that stops leaves its last appends in the current segment, which is never deleted: once those
+        are behind the watermark too, have the writer close it (so the next truncation can delete it)."""
+        if self._rotating or self._current.size == 0 or self._last_append_at >= watermark - MARGIN:
+            return
+        self._rotating = True
+
+        def done(error: BaseException | None) -> None:
+            self._rotating = False
+
+        self._pending.put(_Append(_ROTATE, b"", done))
 
     def segments(self) -> int:
         with self._lock:
@@ -204,6 +221,14 @@ class Journal:
             self._write(batch)
 
     def _write(self, batch: list[_Append]) -> None:
+        rotate = [a for a in batch if a.kind == _ROTATE]
+        if rotate:
+            batch = [a for a in batch if a.kind != _ROTATE]
+            if not batch:
+                self._rotate_now()
+                for a in rotate:
+                    a.done(None)
+                return
         error: BaseException | None = None
         try:
             self._rotate_if_due()
@@ -217,12 +242,31 @@ class Journal:
             self.appended += sum(a.kind != HEARTBEAT for a in batch)
             self.batches += 1
             self.writable = True
+            self._last_append_at = self.clock()
         except (OSError, ValueError) as exc:  # ValueError: the file could not be reopened after an earlier failure
             error = JournalError(f"cannot journal at {self._current.path}: {getattr(exc, 'strerror', None) or exc}")
             self.writable = False
             self._recover()
-        for a in batch:
+        for a in (*batch, *rotate):
             a.done(error)
+
+    def _rotate_now(self) -> None:
+        """Close the current segment if it holds anything (the writer thread only)."""
+        if self._current.size == 0:
+            return
+        try:
+            self._fh.close()
+        except OSError:
+            pass
+        now = self.clock()
+        with self._lock:
+            self._current.closed_at = now
+            self._current = self._open_segment()
+        try:
+            self._fh = _open_for_appends(self._current.path)
+        except OSError:
+            log.warning("cannot open a new journal segment at %s", self._current.path)
+        self._opened_at = now
 
     def _rotate_if_due(self) -> None:
         now = self.clock()

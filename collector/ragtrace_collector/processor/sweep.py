@@ -105,6 +105,7 @@ class Sweeper:
             del completed
             if selected or not self.queue.writable:
                 await loop.run_in_executor(self._put_executor, self._put_all, selected)
+            self._settle()
             if self.behind_since is None:
                 self._truncate_journal()
                 return built
@@ -129,6 +130,17 @@ class Sweeper:
                 self.completeness.observe(record.service, missing)
         except Exception:
             log.exception("could not tell why trace %s is incomplete", record.trace_id)
+
+    def _settle(self) -> None:
+        """The chunk's traces are decided (queued, refused as full, not sampled, unbuildable): let a shared state
+        forget its claims on them. Not while the queue holds records in memory (it cannot write): those stay
+        claimed, and are completed again, by any receiver, once the lease runs out (scored once all the same)."""
+        if not self.queue.writable:
+            return
+        try:
+            self.assembler.settle()
+        except Exception:  # a claim left behind costs a duplicate record after the lease, never a lost one
+            log.exception("could not settle the traces swept")
 
     def _truncate_journal(self) -> None:
         """Let the journal delete what every trace since queued: nothing of this sweep is in hand any more (its

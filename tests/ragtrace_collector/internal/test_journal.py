@@ -63,7 +63,11 @@ async def test_segments_rotate_and_go_once_the_watermark_passes(tmp_path: Path) 
     assert journal.segments() == 3
     assert journal.truncate(watermark=1002.0) == 0  # a trace first seen at 1002 may have spans in the first
     assert journal.truncate(watermark=1002.0 + MARGIN + 0.1) == 1
-    assert journal.truncate(watermark=10_000.0) == 1  # the current segment is never deleted
+    assert journal.truncate(watermark=10_000.0) == 1  # the current one is not deleted while it takes appends...
+    deadline = asyncio.get_running_loop().time() + 5
+    while journal.segments() < 2 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert journal.truncate(watermark=10_000.0) == 1  # ...but closed once idle behind the watermark, then deleted
     journal.close()
     assert [p for p in tmp_path.glob("segment-*.log")] == [journal._current.path]
 
@@ -89,4 +93,23 @@ async def test_an_append_that_cannot_be_durable_fails(tmp_path: Path) -> None:
     journal.close()
     again = Journal(tmp_path)
     assert [p for _, p in again.replay()] == [b"after"]
+    again.close()
+
+
+async def test_an_idle_current_segment_is_closed_and_then_deleted(tmp_path: Path) -> None:
+    """Traffic that stops must not leave its last appends for ever (a crash would replay them again)."""
+    clock = Clock()
+    journal = Journal(tmp_path, segment_seconds=3600, clock=clock)
+    await journal.append(PROTOBUF, b"last")
+    assert journal.truncate(watermark=clock.now) == 0  # just appended: kept
+    clock.now += 10
+    journal.truncate(watermark=clock.now)  # asks the writer to close it
+    deadline = asyncio.get_running_loop().time() + 5
+    while journal.segments() < 2 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    clock.now += 1
+    assert journal.truncate(watermark=clock.now) == 1
+    journal.close()
+    again = Journal(tmp_path)
+    assert list(again.replay()) == []
     again.close()

@@ -129,6 +129,10 @@ class Assembler:
         self._held: OrderedDict[str, tuple[float, CompletedTrace, duplicates.ModelCall]] = OrderedDict()
         # model calls completed here whose retrieval another receiver may be about to hold: (since, trace, half)
         self._answers: OrderedDict[str, tuple[float, CompletedTrace, halves.AnswerHalf]] = OrderedDict()
+        # Popped from the state and still held back here (pairing): settled only once they leave this process.
+        self._holding: set[str] = set()
+        # Popped from the state and gone from here in the last ``completed()`` call: what ``settle`` confirms.
+        self._leaving: list[str] = []
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
@@ -153,10 +157,12 @@ class Assembler:
         """Traces ready to become records (evicted ones first); ``everything`` also takes in-flight ones. Traces
         that are no request (see ``TraceSpans.is_request``) complete too, counted, but make no record."""
         out, self._evicted = self._evicted, []
+        self._leaving = []  # what the sweep did not settle is popped again after the lease
         if everything:
             out.extend(self.state.pop_all())
         else:
             out.extend(self.state.pop_due(self.clock(), limit))
+        popped = {c.trace_id for c in out}
         requests = [c for c in out if is_request(c.spans)]
         self.pairing.sync(self.clock())
         if self.observer is not None:
@@ -172,7 +178,25 @@ class Assembler:
             for _ in range(joined):
                 self.observer.trace_completed(REASON_SPLIT_REQUEST)
             self.observer.inflight(*self.state.inflight())
+        self._track_popped(popped)
         return requests
+
+    def _track_popped(self, popped: set[str]) -> None:
+        """Remember which popped traces left this call (returned, merged into another, dropped as a duplicate,
+        or held in the pairing state, which is shared Redis wherever the state is) and which are held back here.
+        Replaced by each call: traces the sweep did not settle (the queue could not write) are popped again
+        after the state's lease instead."""
+        held = self._held.keys() | self._answers.keys()
+        mine = popped | self._holding
+        self._holding = mine & held
+        self._leaving = sorted(mine - held)
+
+    def settle(self) -> None:
+        """Tell the state that what the last ``completed()`` let go of is safe: the sweep calls it once that
+        chunk's records are on the queue (see ``AssemblyState.settle``)."""
+        leaving, self._leaving = self._leaving, []
+        if leaving:
+            self.state.settle(leaving)
 
     def _pair_duplicate_calls(
         self, requests: list[CompletedTrace], bare: set[str | None], everything: bool

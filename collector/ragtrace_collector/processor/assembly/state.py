@@ -8,6 +8,7 @@ in the contract below.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ragtrace_collector.model.spans import SpanData
@@ -48,6 +49,12 @@ class AssemblyState(abc.ABC):
     * ``pop_due`` removes and returns traces whose deadline has passed, at most ``limit``; each
       trace is returned once, even when several processes share the state.
     * ``pop_all`` removes and returns every in-flight trace (shutdown).
+    * ``settle`` says traces returned by ``pop_due``, ``pop_all`` or ``AddResult.evicted`` are safe now (their
+      records are on the queue, or were decided against: not sampled, refused, unbuildable). Until then a state
+      shared between processes keeps each as a claim with a lease; one not settled within the lease (its process
+      was killed) is returned by a ``pop_due`` again, anywhere. Unsettled claims expire, and do not count against
+      the in-flight bounds. The in-process state dies with its process and has nothing to settle (the journal
+      covers it).
     * ``now`` is ``time.monotonic()`` seconds for the in-process state; implementations shared
       between hosts use their own clock and may ignore it.
     """
@@ -63,6 +70,9 @@ class AssemblyState(abc.ABC):
     @abc.abstractmethod
     def pop_all(self) -> list[CompletedTrace]:
         """Everything in flight, with reason ``shutdown``."""
+
+    def settle(self, trace_ids: Sequence[str]) -> None:
+        """Forget the claims on these popped traces (one call per sweep chunk); a no-op where nothing is claimed."""
 
     @abc.abstractmethod
     def inflight(self) -> tuple[int, int]:
