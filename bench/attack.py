@@ -17,13 +17,14 @@ receiving side) and runs three attacks against it over loopback, each beside goo
 Then a second collector (``--role all``, a bearer token, a results store of large records) for the attacks of
 issue 33, each beside the good client (which sends the right token):
 
-4. Token guessing: one address sends wrong tokens as fast as it can. Prints how many were checked (401) before
+4. Explorer crowd: six clients (six addresses) listing 1,000 records at a time from a store of large records.
+   Prints their statuses, the RSS peak and ``/metrics`` p99 meanwhile. (First: after attack 6 the global
+   failed-credential window refuses addresses that never presented a good token, the crowd's included.)
+5. Token guessing: one address sends wrong tokens as fast as it can. Prints how many were checked (401) before
    the address was limited (429), and guesses checked per second.
-5. Rotating addresses: each guess from another loopback address (127.1.x.y). Prints guesses checked against
+6. Rotating addresses: each guess from another loopback address (127.1.x.y). Prints guesses checked against
    refused once the global window is full.
-6. DNS rebinding: requests naming a host the collector does not answer. Prints how many got 421.
-7. Explorer crowd: six clients (six addresses) listing 1,000 records at a time from a store of large records.
-   Prints their statuses, the RSS peak and ``/metrics`` p99 meanwhile.
+7. DNS rebinding: requests naming a host the collector does not answer. Prints how many got 421.
 """
 
 from __future__ import annotations
@@ -326,48 +327,7 @@ def issue_33_attacks(seconds: float) -> int:
         url = f"http://127.0.0.1:{port}/v1/traces"
         body = small_request()
         try:
-            print(f"== 4. token guessing from one address for {seconds:.0f} s ==")
-
-            def guess_one_address() -> str:
-                got, stop = [], time.monotonic() + seconds
-                while time.monotonic() < stop:
-                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{len(got):020d}"}, "127.0.0.2"))
-                st = _statuses(got)
-                return (
-                    f"guesses: {st.get(401, 0)} checked (401), then {st.get(429, 0)} refused unchecked (429);"
-                    f" {st.get(401, 0) / seconds:.2f} checked/s (was 620-735/s unlimited)"
-                )
-
-            _beside_good(url, guess_one_address)
-
-            print(f"\n== 5. rotating addresses (one guess each) for {seconds:.0f} s ==")
-
-            def rotate() -> str:
-                got, stop, i = [], time.monotonic() + seconds, 0
-                while time.monotonic() < stop:
-                    i += 1
-                    source = f"127.1.{i // 250 % 250}.{i % 250 + 1}"
-                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{i:020d}"}, source))
-                st = _statuses(got)
-                return f"guesses from {len(got)} addresses: {st.get(401, 0)} checked, {st.get(429, 0)} refused (429)"
-
-            _beside_good(url, rotate)
-
-            print(f"\n== 6. DNS rebinding: a foreign Host for {seconds:.0f} s ==")
-
-            def rebind() -> str:
-                got, stop = [], time.monotonic() + seconds
-                while time.monotonic() < stop:
-                    got.append(post_from(port, body, {**GOOD, "Host": f"rebind.example:{port}"}))
-                    got.append(post_from(metrics, b"", {"Host": f"rebind.example:{metrics}"}, path="/api/v1/records"))
-                st = _statuses(got)
-                return (
-                    f"foreign-Host requests: {st.get(421, 0)}/{len(got)} misdirected (421), {st.get(200, 0)} answered"
-                )
-
-            _beside_good(url, rebind)
-
-            print(f"\n== 7. explorer crowd: 6 clients listing 1,000 large records for {seconds:.0f} s ==")
+            print(f"== 4. explorer crowd: 6 clients listing 1,000 large records for {seconds:.0f} s ==")
 
             def crowd() -> str:
                 stop = time.monotonic() + seconds
@@ -404,6 +364,47 @@ def issue_33_attacks(seconds: float) -> int:
                 )
 
             _beside_good(url, crowd)
+            print(f"\n== 5. token guessing from one address for {seconds:.0f} s ==")
+
+            def guess_one_address() -> str:
+                got, stop = [], time.monotonic() + seconds
+                while time.monotonic() < stop:
+                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{len(got):020d}"}, "127.0.0.2"))
+                st = _statuses(got)
+                return (
+                    f"guesses: {st.get(401, 0)} checked (401), then {st.get(429, 0)} refused unchecked (429);"
+                    f" {st.get(401, 0) / seconds:.2f} checked/s (was 620-735/s unlimited)"
+                )
+
+            _beside_good(url, guess_one_address)
+
+            print(f"\n== 6. rotating addresses (one guess each) for {seconds:.0f} s ==")
+
+            def rotate() -> str:
+                got, stop, i = [], time.monotonic() + seconds, 0
+                while time.monotonic() < stop:
+                    i += 1
+                    source = f"127.1.{i // 250 % 250}.{i % 250 + 1}"
+                    got.append(post_from(port, body, {"Authorization": f"Bearer guess-{i:020d}"}, source))
+                st = _statuses(got)
+                return f"guesses from {len(got)} addresses: {st.get(401, 0)} checked, {st.get(429, 0)} refused (429)"
+
+            _beside_good(url, rotate)
+
+            print(f"\n== 7. DNS rebinding: a foreign Host for {seconds:.0f} s ==")
+
+            def rebind() -> str:
+                got, stop = [], time.monotonic() + seconds
+                while time.monotonic() < stop:
+                    got.append(post_from(port, body, {**GOOD, "Host": f"rebind.example:{port}"}))
+                    got.append(post_from(metrics, b"", {"Host": f"rebind.example:{metrics}"}, path="/api/v1/records"))
+                st = _statuses(got)
+                return (
+                    f"foreign-Host requests: {st.get(421, 0)}/{len(got)} misdirected (421), {st.get(200, 0)} answered"
+                )
+
+            _beside_good(url, rebind)
+
         finally:
             proc.terminate()
             try:

@@ -198,6 +198,22 @@ def proc_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each socket held until all are chosen, so none is handed out twice)."""
+    import socket
+
+    held = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 def free_port() -> int:
     import socket
 
@@ -213,7 +229,7 @@ def start_collector(
     extra_env: dict[str, str] | None = None,
     role: str = "receiver",
 ):
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
+    http, grpc_port, metrics = free_ports(3)
     env = {
         **os.environ,
         **(extra_env or {}),

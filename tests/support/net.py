@@ -6,11 +6,19 @@ import socket
 import time
 
 
+_GIVEN: set[int] = set()  # ports handed out in this process: the kernel may offer one again at once
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 right now, and not one this process was given before (two calls in a row
+    can get the same port from the kernel: a collector's HTTP and gRPC listeners would then collide)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
