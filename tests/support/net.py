@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import time
 
-
 _GIVEN: set[int] = set()  # ports handed out in this process: the kernel may offer one again at once
 
 
