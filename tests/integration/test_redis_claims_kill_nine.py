@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
@@ -21,8 +20,8 @@ import httpx
 import pytest
 import redis
 
-from tests.security.test_kill_nine import _request
 from tests.support.collector_process import collector_config, serve, until
+from tests.support.soak import stored_per_trace, trace_request
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +33,8 @@ PB = {"Content-Type": "application/x-protobuf"}
 
 def _batch(n: int) -> tuple[list[str], bytes]:
     """One OTLP request holding ``n`` ragtrace-shaped traces (serialised requests concatenate into one)."""
-    pairs = [_request() for _ in range(n)]
+    pairs = [trace_request() for _ in range(n)]
     return [t for t, _ in pairs], b"".join(body for _, body in pairs)
-
-
-def _stored(store: Path) -> dict[str, int]:
-    if not store.exists():
-        return {}
-    with sqlite3.connect(store) as db:
-        rows = db.execute("SELECT trace_id, COUNT(*) FROM results WHERE metric = 'latency' GROUP BY trace_id")
-        return {str(t): int(n) for t, n in rows}
 
 
 def _until_popped(r: redis.Redis, prefix: str, timeout: float = 15.0) -> bool:
@@ -88,10 +79,10 @@ def _soak(workdir: Path, redis_url: str, prefix: str, lease: float) -> tuple[lis
         until(lambda: last.readyz(last.metrics) == 200, 120, "the last start to be ready", last)
         # leased claims (ours: seconds) and leased queue entries (a dead worker's: its liveness, 10 s) run out
         deadline = time.monotonic() + 60
-        while not set(acked) <= set(_stored(store)) and time.monotonic() < deadline:
+        while not set(acked) <= set(stored_per_trace(store)) and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(1.0)  # a duplicate would land now
-        return acked, _stored(store), kills
+        return acked, stored_per_trace(store), kills
 
 
 def test_traces_popped_by_a_killed_receiver_are_stored_exactly_once(redis_server, tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -22,47 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.support.collector_process import Served, collector_config, serve, until
+from tests.support.soak import stored_per_trace, trace_request
 
 SOAK_SECONDS = float(os.environ.get("RAGTRACE_KILL_SOAK_SECONDS", "25"))
 RATE = 20.0  # requests a second, one trace each
 PB = {"Content-Type": "application/x-protobuf"}
-
-
-def _request() -> tuple[str, bytes]:
-    """One ragtrace-shaped trace (pipeline → retriever → generator) with a fresh trace id, serialised."""
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    kv = rs.resource.attributes.add()
-    kv.key, kv.value.string_value = "service.name", "soak"
-    ss = rs.scope_spans.add()
-    trace_id, root = random.randbytes(16), random.randbytes(8)
-    now = time.time_ns()
-    for name, role, parent, attrs in (
-        ("support", "pipeline", b"", {"ragtrace.pipeline.name": "soak", "input.value": "What is covered?"}),
-        ("search", "retriever", root, {"retrieval.documents.0.document.content": "Parts are covered."}),
-        (
-            "answer",
-            "generator",
-            root,
-            {
-                "gen_ai.request.model": "m",
-                "output.value": "Parts are covered.",
-                "gen_ai.response.time_to_first_chunk": "0.05",
-            },
-        ),
-    ):
-        span = ss.spans.add()
-        span.trace_id, span.name = trace_id, name
-        span.span_id = root if role == "pipeline" else random.randbytes(8)
-        span.parent_span_id = parent
-        span.start_time_unix_nano, span.end_time_unix_nano = now - 50_000_000, now
-        for key, value in {"ragtrace.span.role": role, **attrs}.items():
-            a = span.attributes.add()
-            a.key, a.value.string_value = key, value
-    return trace_id.hex(), request.SerializeToString()
 
 
 class Exporter(threading.Thread):
@@ -79,7 +44,7 @@ class Exporter(threading.Thread):
     def run(self) -> None:
         with httpx.Client(timeout=5) as client:
             while not self.stop.is_set():
-                trace_id, body = _request()
+                trace_id, body = trace_request()
                 while not self.stop.is_set():
                     try:
                         if client.post(self.url, content=body, headers=PB).status_code == 200:
@@ -118,14 +83,6 @@ def _killed_and_restarted(workdir: Path, config: dict) -> Iterator[list[int]]:
         killer.join(60)
 
 
-def _stored(store: Path) -> dict[str, int]:
-    if not store.exists():
-        return {}
-    with sqlite3.connect(store) as db:
-        rows = db.execute("SELECT trace_id, COUNT(*) FROM results WHERE metric = 'latency' GROUP BY trace_id")
-        return {str(t): int(n) for t, n in rows}
-
-
 def test_every_trace_answered_200_is_scored_exactly_once_through_kill_nine(tmp_path: Path) -> None:
     config = collector_config(
         tmp_path,
@@ -145,9 +102,9 @@ def test_every_trace_answered_200_is_scored_exactly_once_through_kill_nine(tmp_p
     with serve(tmp_path, config) as last:  # the last start: it replays and scores what is left
         until(lambda: last.readyz(last.metrics) == 200, 120, "the last start to be ready", last)
         deadline = time.monotonic() + 60
-        while not set(acked) <= set(_stored(store)) and time.monotonic() < deadline:
+        while not set(acked) <= set(stored_per_trace(store)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        counts = _stored(store)
+        counts = stored_per_trace(store)
     lost = [t for t in acked if t not in counts]
     print(
         f"{len(kills)} kills, {len(acked)} traces answered 200, {exporter.refused} refusals retried, lost {len(lost)}"

@@ -7,9 +7,7 @@ assembles, scores and stores the records as in production, and serves the explor
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import yaml
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrace
 from ragtrace_collector.examples.rag_app.app import RagApp
 from ragtrace_collector.examples.rag_app.questions import QUESTIONS
+from tests.support.collector_process import serve, until
 from tests.support.net import free_port
 
 TOKEN = "explorer-test-token"
@@ -170,37 +168,8 @@ def served_collector(
     for key, value in (extra or {}).items():
         section = config.get(key)
         config[key] = {**section, **value} if isinstance(section, dict) else value
-    (workdir / "collector.yaml").write_text(yaml.safe_dump(config))
-    log = workdir / "collector.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGTRACE_")}
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ragtrace_collector.cli", "serve", "--config", str(workdir / "collector.yaml")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{metrics_port}"
-    fed = Fed(base, token, workdir / "data" / "results.sqlite", log, otlp=f"http://127.0.0.1:{http_port}", proc=proc)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-            try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "collector not ready:\n" + log.read_text(errors="replace")[-3000:]
-            time.sleep(0.1)
+    with serve(workdir, config) as served:
+        base = served.metrics
+        fed = Fed(base, token, workdir / "data" / "results.sqlite", served.log, otlp=served.otlp, proc=served.proc)
+        until(lambda: served.readyz(base) == 200, 60, "the collector to be ready", served)
         yield fed
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
