@@ -17,7 +17,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from ragtrace_collector.exporter.phoenix import PhoenixAnnotations
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from tests.support import span_fixtures as F
+from tests.support.net import serve_http
 
 HUGE = 256 * 1024 * 1024  # bytes the hostile downstream offers
 CHUNK = bytes(1024 * 1024)  # what it writes at a time (one buffer, reused: the stand-in holds no more)
@@ -101,17 +102,10 @@ class Downstream:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = serve_http(Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.login_url = f"http://intruder:{PASSWORD}@127.0.0.1:{self.port}/login"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_replies(self, n: int, timeout: float = 30.0) -> list[int]:
         """The body bytes of the first ``n`` streamed replies, once each ended."""

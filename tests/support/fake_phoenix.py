@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.net import serve_http
 
 KINDS = {"/v1/span_annotations": "span", "/v1/trace_annotations": "trace"}
 
@@ -54,15 +56,8 @@ class FakeDownstream:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = serve_http(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def _hold(self) -> bool:
         """Wait while stalled; False when the server is stopping (the request is then dropped unanswered)."""
