@@ -153,9 +153,10 @@ class _Section(BaseModel):
 
 class ListenConfig(_Section):
     host: str = "127.0.0.1"
-    grpc_port: int | None = 4317  # None disables the receiver
-    http_port: int | None = 4318
-    metrics_port: int | None = 9464
+    # 0: any free port; None disables the listener (a port beyond 65535 is a clear error, not a traceback at bind)
+    grpc_port: int | None = Field(default=4317, ge=0, le=65535)
+    http_port: int | None = Field(default=4318, ge=0, le=65535)
+    metrics_port: int | None = Field(default=9464, ge=0, le=65535)
     # Host names the HTTP listeners answer besides IP literals, localhost and the bound host (DNS rebinding:
     # ragtrace_collector.internal.hosts): "collector" (that name), ".example.com" (it and names under it), "*" (any)
     allowed_hosts: list[str] = Field(default_factory=list)

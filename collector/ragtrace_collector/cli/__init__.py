@@ -1,4 +1,4 @@
-"""``ragtrace-collector``: serve | evaluate | results | demo.
+"""``ragtrace-collector``: serve | evaluate | results | metrics | demo.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 this file only dispatches, so importing the CLI stays cheap.
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "serve": ("ragtrace_collector.cli.serve", "run the collector: OTLP receivers, sampling, queue, scoring, /metrics"),
     "evaluate": ("ragtrace_collector.cli.evaluate", "score a Ragas-style JSONL file offline"),
     "results": ("ragtrace_collector.cli.results", "list scored records from the local results store"),
+    "metrics": ("ragtrace_collector.cli.metrics", "list the metrics the collector can score and what each needs"),
     "demo": ("ragtrace_collector.cli.demo", "the main job: collector + embedded judge fed by the example pipeline"),
 }
 

@@ -123,3 +123,14 @@ def test_bad_metric_options_are_a_one_line_configuration_error(tmp_path, capsys)
         assert serve.run(args) == 2
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("ragtrace-collector serve: bad configuration: ") and key in line
+
+
+def test_a_port_beyond_65535_is_a_clear_error(tmp_path, capsys):
+    """Issue 34's first hour: ``--metrics-port 70000`` / ``http_port: 99999`` ended in an OverflowError traceback."""
+    assert serve.run(parse("--data-dir", str(tmp_path), "--metrics-port", "70000")) == 2
+    config = tmp_path / "collector.yaml"
+    config.write_text("listen: {http_port: 99999}\n")
+    assert serve.run(parse("--config", str(config), "--data-dir", str(tmp_path))) == 2
+    err = capsys.readouterr().err
+    assert "listen.metrics_port" in err and "listen.http_port" in err and "65535" in err
+    assert "Traceback" not in err and "OverflowError" not in err
