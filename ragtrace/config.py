@@ -9,12 +9,14 @@ OpenTelemetry proxy tracer, which is a no-op until the app (or ``init()``) sets 
 from __future__ import annotations
 
 import atexit
+import difflib
+import logging
 import os
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from re import Pattern
 from typing import Any
@@ -41,8 +43,42 @@ DEFAULT_EXPORT_TIMEOUT_S = 5.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0  # the most ragtrace may add to the app's exit, flush included
 
 REDACTED = "[REDACTED]"
+logger = logging.getLogger("ragtrace")
 
 Redactor = Callable[[str], str]
+
+
+#: The environment variables the SDK itself reads (the ``OTEL_*`` ones it also reads are OpenTelemetry's).
+SDK_ENV_VARS = frozenset(
+    {
+        "RAGTRACE_CAPTURE_CONTENT",
+        "RAGTRACE_ENDPOINT",
+        "RAGTRACE_EXPORT_TIMEOUT",
+        "RAGTRACE_HEADERS",
+        "RAGTRACE_MAX_ATTRIBUTE_LENGTH",
+        "RAGTRACE_MAX_DOCUMENTS",
+        "RAGTRACE_MAX_QUEUE_SIZE",
+        "RAGTRACE_MAX_SPAN_CHARS",
+        "RAGTRACE_PROTOCOL",
+        "RAGTRACE_SERVICE_NAME",
+        "RAGTRACE_SHUTDOWN_TIMEOUT",
+    }
+)
+
+
+def _warn_misspelt_env(environ: Mapping[str, str]) -> list[str]:
+    """Warn of each ``RAGTRACE_*`` variable a letter or two from one the SDK reads (``RAGTRACE_ENDPIONT``): a typo
+    that would otherwise be ignored in silence, spans going to the default endpoint. Names far from every SDK
+    setting (the collector's ``RAGTRACE_DATA_DIR``, ``RAGTRACE_SAMPLING__RATE``...) are left alone. Returns the
+    warnings (for tests)."""
+    said = []
+    for name in sorted(environ):
+        if name.startswith("RAGTRACE_") and name not in SDK_ENV_VARS:
+            close = difflib.get_close_matches(name, SDK_ENV_VARS, n=1, cutoff=0.85)
+            if close:
+                said.append(f"{name} is not a ragtrace SDK setting and is ignored; did you mean {close[0]}?")
+                logger.warning(said[-1])
+    return said
 
 
 def _env(*names: str) -> str | None:
@@ -524,6 +560,7 @@ def init(
     records no text; ``redact`` (a callable or a list of regexes) runs on every text value
     before it is put on a span.
     """
+    _warn_misspelt_env(os.environ)
     s = SETTINGS
     cc = capture_content
     if cc is None:
@@ -546,9 +583,10 @@ def init(
     queue = max_queue_size or _env_int("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE") or DEFAULT_MAX_QUEUE_SIZE
     delay = schedule_delay_ms or _env_int("OTEL_BSP_SCHEDULE_DELAY") or 1000
     timeout = export_timeout_s
-    if timeout is None:
-        t_env = _env("RAGTRACE_EXPORT_TIMEOUT")
-        timeout = float(t_env) if t_env else DEFAULT_EXPORT_TIMEOUT_S
+    if timeout is None:  # a bad value is reported like every other, never raised out of init()
+        timeout = _env_float("RAGTRACE_EXPORT_TIMEOUT")
+    if timeout is None or timeout <= 0:
+        timeout = DEFAULT_EXPORT_TIMEOUT_S
     exit_timeout = shutdown_timeout_s
     if exit_timeout is None:
         exit_timeout = _env_float("RAGTRACE_SHUTDOWN_TIMEOUT")

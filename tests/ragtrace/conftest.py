@@ -31,3 +31,10 @@ def spans(provider, monkeypatch):
     ragtrace.init(tracer_provider=tp, set_global=False)
     yield Spans(exporter)
     reset_settings()
+
+
+@pytest.fixture
+def restore_settings():
+    """ragtrace's module settings put back after a test that calls ``init`` itself."""
+    yield
+    reset_settings()

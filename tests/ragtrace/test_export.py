@@ -46,14 +46,6 @@ def sink():
     s.stop()
 
 
-@pytest.fixture
-def restore_settings():
-    yield
-    from tests.support.sdk import reset_settings
-
-    reset_settings()
-
-
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_spans_reach_a_real_otlp_receiver(sink, restore_settings, protocol):
     if protocol == "grpc":
