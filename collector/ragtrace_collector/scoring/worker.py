@@ -472,8 +472,12 @@ class ScoringWorker:
         The record waits two pauses, so the next probe is another record: one record the judge keeps
         refusing cannot pass for an outage for ever (the judge tells that case apart once it has
         answered others)."""
-        reason = exc.reason or "unavailable"
+        reason: str = exc.reason or "unavailable"
         delay = self.backoff.failed()
+        # a record that waits without a reported cause of its own (its call shared another's) is the outage
+        # already told, not a new one: one line per outage, however many records were in flight
+        if reason == "unavailable" and self._outage is not None:
+            reason = self._outage
         if self._outage != reason:
             self._outage = reason
             log.warning(

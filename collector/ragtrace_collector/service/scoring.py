@@ -300,6 +300,16 @@ def judge_from_config(judge_cfg: JudgeConfig, local_cfg: LocalJudgeConfig | None
     if judge_cfg.model == "local":
         local = local_cfg or LocalJudgeConfig()
         return make_judge("local", model=local.model, workers=local.workers)
+    from ragtrace_collector.scoring.judges.llm import missing_key_variables
+
+    missing = missing_key_variables(judge_cfg.model, judge_cfg.api_key, judge_cfg.base_url)
+    if missing:  # said once, at start: otherwise the first sign is records that never get scored
+        log.error(
+            "judge %s has no API key: set %s or judge.api_key (RAGTRACE_JUDGE__API_KEY); records are received and"
+            " wait in the queue until then",
+            judge_cfg.model,
+            " or ".join(missing),
+        )
     return make_judge(
         judge_cfg.model,
         base_url=judge_cfg.base_url,

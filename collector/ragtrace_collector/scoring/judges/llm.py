@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -68,6 +69,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm
 
 litellm.suppress_debug_info = True
+# LiteLLM logs every completion at INFO ("LiteLLM completion() model= ...": ~240 lines in 20 s of a failing judge),
+# burying the collector's one useful line; LITELLM_LOG=INFO/DEBUG still asks for them.
+if not os.environ.get("LITELLM_LOG"):
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+
+# What a provider client says when it was given no key at all: not an outage to retry (nothing will change
+# until an operator sets one), the judge's setup; said once, with what to set.
+_NO_KEY = re.compile(r"missing credentials|api_key client option must be set|no api key|api key is required", re.I)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,6 +84,18 @@ _RETRYABLE_STATUS = {408, 409, 425, 429}
 # 400s that name this request's content: its length or the provider's content policy.
 _CONTENT_ERRORS = (litellm.exceptions.ContextWindowExceededError, litellm.exceptions.ContentPolicyViolationError)
 _REJECTED_MEMORY = 4096  # request digests remembered by the "refused again while others pass" test
+
+
+def missing_key_variables(model: str, api_key: str | None, base_url: str | None) -> list[str]:
+    """The provider variables ``model`` needs and the environment lacks, when no key is given (none with
+    ``api_key``, or with ``base_url``: a self-hosted endpoint may need no key). For the warning at start."""
+    if api_key or base_url:
+        return []
+    try:
+        found = litellm.validate_environment(model=model)
+    except Exception:  # an unknown provider: the first call will say
+        return []
+    return [str(k) for k in found.get("missing_keys") or [] if str(k).endswith(("_KEY", "_TOKEN"))]
 
 
 def _status(exc: BaseException) -> int | None:
@@ -86,6 +107,8 @@ def _transient_reason(exc: BaseException) -> UnavailableReason | None:
     """Why ``exc`` is a passing unavailability worth retrying (timeouts, dropped connections, 429,
     408/409/425, 5xx), or ``None`` when retrying the same request cannot help."""
     status = _status(exc)
+    if _NO_KEY.search(str(exc)):
+        return None
     if isinstance(exc, (litellm.exceptions.Timeout, asyncio.TimeoutError, TimeoutError)) or status == 408:
         return "timeout"
     if isinstance(exc, litellm.exceptions.RateLimitError) or status == 429:
@@ -247,7 +270,13 @@ class LLMJudge(Judge):
         reason: UnavailableReason
         if isinstance(exc, _CONTENT_ERRORS):
             return JudgeError(f"{what} refused this record's content ({status}): {said}", retryable=False)
-        if isinstance(exc, litellm.exceptions.AuthenticationError) or status == 401:
+        if _NO_KEY.search(str(exc)):
+            reason = "credentials"
+            message = (
+                "has no API key: set judge.api_key (RAGTRACE_JUDGE__API_KEY) or the provider's own variable"
+                " (OPENAI_API_KEY, ANTHROPIC_API_KEY...); records wait in the queue until then"
+            )
+        elif isinstance(exc, litellm.exceptions.AuthenticationError) or status == 401:
             reason, message = "credentials", f"refused our credentials ({status or 401}): check judge.api_key"
         elif isinstance(exc, litellm.exceptions.PermissionDeniedError) or status == 403:
             reason, message = "permission", f"denied access ({status or 403}): check that judge.api_key may use it"
