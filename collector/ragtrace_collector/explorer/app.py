@@ -30,6 +30,7 @@ import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,6 +71,15 @@ _SECURITY_HEADERS = {
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Records received and not scored yet, and why scoring is paused (the judge's outage), if it is: what a
+    user looking at an empty or stale list needs to know."""
+
+    waiting: int
+    judge_unavailable: str | None = None
 
 
 class ReadGate:
@@ -122,12 +132,14 @@ class Explorer:
         guard: CredentialGuard | None = None,
         session_hours: float = _AUTH.session_hours,
         thresholds: Thresholds | None = None,
+        backlog: Callable[[], Backlog] | None = None,
     ) -> None:
         self.store_path = store_path
         self.config = config
         self.thresholds = thresholds if thresholds is not None else load_thresholds(config.rules_file)
         self.guard = guard if guard is not None else CredentialGuard()  # no tokens: open, as on loopback
         self.sessions = Sessions(session_hours * 3600.0)
+        self.backlog = backlog  # the service's queue depth and judge outage (None: the explorer alone)
         self._store: ResultsStore | None = None
         self._store_lock = threading.Lock()
         # the explorer's own readers: a crowd of list requests never starves /metrics or scoring of threads
@@ -264,14 +276,23 @@ class Explorer:
         query = parse_query(params, self.config.page_size)
         store = self.store()
         if store is None:
-            return query, {"total": 0, "records": [], "facets": _NO_FACETS}
+            return query, {"total": 0, "records": [], "facets": _NO_FACETS, "backlog": self._backlog()}
         page = store.records(query)
         rows = [summary_view(r, self.thresholds, query.metric) for r in page.records]
         facets = store.facets()
         for name, chosen in (("services", query.service), ("pipelines", query.pipeline)):
             if chosen is not None and chosen not in facets[name]:  # a rarer value, given in the URL, stays chosen
                 facets[name] = sorted([*facets[name], chosen])
-        return query, {"total": page.total, "records": rows, "facets": facets}
+        return query, {"total": page.total, "records": rows, "facets": facets, "backlog": self._backlog()}
+
+    def _backlog(self) -> Backlog | None:
+        if self.backlog is None:
+            return None
+        try:
+            return self.backlog()
+        except Exception as exc:  # a queue that cannot say (Redis away): the list still shows
+            log.debug("backlog unavailable: %s", exc)
+            return None
 
     def _detail(self, key: str) -> dict[str, Any] | None:
         store = self.store()
@@ -303,6 +324,7 @@ class Explorer:
         context = {
             "rows": rows,
             "total": total,
+            "backlog": found["backlog"],
             "first": offset + 1 if rows else 0,
             "last": offset + len(rows),
             "prev_href": href(offset=max(0, offset - limit)) if offset > 0 else None,
@@ -366,6 +388,8 @@ class Explorer:
                 "limit": query.limit,
                 "next_offset": end if end < found["total"] else None,
                 "records": records,
+                "waiting": found["backlog"].waiting if found["backlog"] is not None else None,
+                "judge_unavailable": found["backlog"].judge_unavailable if found["backlog"] is not None else None,
             }
         )
 

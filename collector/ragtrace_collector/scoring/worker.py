@@ -206,6 +206,7 @@ class ScoringWorker:
         self._wake = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
         self._outage: str | None = None  # the cause last logged for the current judge outage
+        self.outage: str | None = None  # that cause and its message, for the explorer to say why records wait
         self.closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -393,6 +394,7 @@ class ScoringWorker:
         if self._outage is not None:
             log.info("judge %s answers again: scoring resumes", self.judge_name)
             self._outage = None
+            self.outage = None
         self.backoff.succeeded()
         await asyncio.to_thread(self.queue.ack, item.receipt)
 
@@ -480,6 +482,7 @@ class ScoringWorker:
             reason = self._outage
         if self._outage != reason:
             self._outage = reason
+            self.outage = f"{reason}: {self.scrubber.scrub(str(exc))}"
             log.warning(
                 "judge unavailable (%s): %s; records wait in the queue, scoring paused (next try in %.1fs)",
                 reason,

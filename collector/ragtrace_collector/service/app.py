@@ -22,6 +22,7 @@ from prometheus_client.exposition import choose_encoder
 
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.explorer import Explorer
+from ragtrace_collector.explorer.app import Backlog
 from ragtrace_collector.exporter.forward import Forwarder
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
@@ -256,6 +257,11 @@ class CollectorApp:
             mask_credentials(cfg.queue_url),
         )
 
+    def _backlog(self) -> Backlog:
+        """What the explorer says above its list: records queued and not scored yet, and the judge's outage."""
+        waiting = self.queue.depth() if self.queue is not None else 0
+        return Backlog(waiting, self.worker.outage if self.worker is not None else None)
+
     def _open_journal(self) -> Journal | None:
         """The assembly journal (``assembly.journal``), or None (off, or in-flight spans wait in Redis)."""
         path = self.config.journal_path
@@ -310,7 +316,11 @@ class CollectorApp:
         app.router.add_get("/readyz", handle_ready)
         if self.config.explorer.enabled:
             self.explorer = Explorer(
-                self.config.results_path, self.config.explorer, self.guard, self.config.auth.session_hours
+                self.config.results_path,
+                self.config.explorer,
+                self.guard,
+                self.config.auth.session_hours,
+                backlog=self._backlog,
             )
             self.explorer.add_routes(app)
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
