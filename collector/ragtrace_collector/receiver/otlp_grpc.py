@@ -50,15 +50,11 @@ def peer_address(peer: str | None) -> str | None:
 
 
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    """The OTLP trace service; ``Export`` takes a decoded request (``ExportBytes`` the wire bytes)."""
+    """The OTLP trace service: ``ExportBytes`` is the registered ``Export`` (wire bytes in, see the module
+    docstring); there is no second path that could skip the credential check, admission or the journal."""
 
     def __init__(self, ingestor: Ingestor) -> None:
         self.ingestor = ingestor
-
-    async def _gate(self, context: grpc.aio.ServicerContext) -> bool:
-        await self._authenticate(context)
-        await self._admit(context)
-        return True
 
     async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
@@ -100,13 +96,6 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             response.partial_success.rejected_spans = decoded.rejected
             response.partial_success.error_message = decoded.error_message
         return response
-
-    async def Export(self, request: ExportTraceServiceRequest, context) -> ExportTraceServiceResponse:
-        await self._gate(context)
-        try:
-            return self._respond(request)
-        finally:
-            self.ingestor.done()
 
     async def ExportBytes(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
         """One unary Export, read with ``context.read()`` (see the module docstring for why stream→unary)."""
