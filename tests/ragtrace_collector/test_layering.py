@@ -26,7 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "scoring": {"model", "config", "internal", "queue"},
     "telemetry": {"model", "config"},
     "exporter": {"model", "config", "internal", "queue", "scoring", "telemetry"},
-    "explorer": {"model", "config", "internal", "scoring"},
+    # the quality loop: human labels, judge-vs-human agreement, datasets (reads the results store)
+    "review": {"model", "config", "internal", "scoring"},
+    "explorer": {"model", "config", "internal", "scoring", "review"},
     "examples": set(),
     "service": {
         "model",
@@ -39,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
         "exporter",
         "telemetry",
         "explorer",
+        "review",
     },
     "cli": {
         "model",
@@ -51,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "exporter",
         "telemetry",
         "explorer",
+        "review",
         "service",
         "examples",
         "version",

@@ -186,6 +186,19 @@ class StoredResult:
         return {name: getattr(self, name) for name in _COLUMNS}
 
 
+@dataclass(frozen=True)
+class JudgedScore:
+    """One judge's score of one metric on one record, for comparing judges with reviewers."""
+
+    trace_id: str
+    record_key: str
+    metric: str
+    judge: str
+    score: float
+    higher_is_better: bool
+    pipeline: str | None = None
+
+
 @dataclass
 class StoredRecord:
     """One record as stored, with its results (by metric name order)."""
@@ -545,6 +558,26 @@ class ResultsStore:
             }
             for m, sc, sk, er, mean, wmean, hib in rows
         ]
+
+    def judged_scores(self, trace_ids: Iterable[str], metric: str | None = None) -> list[JudgedScore]:
+        """The scored results of these traces (of ``metric`` where given), one per (trace, metric, judge): what the
+        judge-vs-human agreement compares with the reviewers' verdicts."""
+        ids = list(dict.fromkeys(trace_ids))
+        out: list[JudgedScore] = []
+        with self._lock:
+            for start in range(0, len(ids), 500):  # SQLite's bound on parameters
+                chunk = ids[start : start + 500]
+                sql = (
+                    "SELECT trace_id, record_key, metric, COALESCE(judge, ''), score, higher_is_better, pipeline "
+                    f"FROM results WHERE status = 'scored' AND trace_id IN ({', '.join('?' for _ in chunk)})"
+                )
+                params: list[Any] = list(chunk)
+                if metric is not None:
+                    sql += " AND metric = ?"
+                    params.append(metric)
+                for t, key, m, judge, score, hib, pipeline in self._db.execute(sql, params):
+                    out.append(JudgedScore(t, key, m, judge, float(score), bool(hib), pipeline))
+        return out
 
     def metrics(self) -> list[str]:
         with self._lock:
