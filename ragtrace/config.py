@@ -283,7 +283,16 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         self.shutdown_timeout_s = shutdown_timeout_s
         self.ended = 0
         self.dropped = 0
-        self._queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+        # The SDK's queue is private; its length is the one way to tell a dropped span from a queued one. It is
+        # ``_batch_processor._queue`` from opentelemetry-sdk 1.34 (the floor in pyproject.toml for that reason);
+        # should a release move it, drops would read 0 for ever: say so once instead.
+        batch = self.__dict__.get("_batch_processor")
+        self._queue = batch.__dict__.get("_queue") if batch is not None else None
+        if self._queue is None:
+            logger.warning(
+                "ragtrace: this opentelemetry-sdk keeps its span queue elsewhere; spans dropped on a full queue are"
+                " not counted (spans_dropped stays 0)"
+            )
         self._counting = exporter if isinstance(exporter, CountingExporter) else None
         self._closed = False
         self._closed_lock = threading.Lock()
