@@ -5,7 +5,9 @@ Contract for implementations (SQLite embedded default, Redis Streams for scale-o
 * ``put`` never blocks the receiver: when the queue is full it drops the *newest* record
   (the one being put) and returns ``False``; the caller counts the drop.
 * ``lease`` hands out up to ``n`` records for ``lease_seconds``. A record leased and not
-  acked before its lease expires (worker killed, crashed) is delivered again, to any worker.
+  acked before its lease expires (worker killed, crashed) is delivered again, to any worker. The workers of
+  one queue lease for the same time (``scoring.lease_seconds``): Redis measures an entry's expiry with the
+  claiming worker's lease, SQLite with the holder's.
 * ``ack`` removes a record for good, after its result is recorded. Scoring is made
   idempotent by the results store (keyed by ``RagRecord.key`` and metric), so a record
   delivered twice still counts once.
