@@ -570,6 +570,37 @@ def init(
     before it is put on a span.
     """
     _warn_misspelt_env(os.environ)
+    _apply_content_rules(capture_content, redact, max_attribute_length, max_documents, max_span_chars)
+    export = _ExportSettings.resolve(protocol, max_queue_size, schedule_delay_ms, export_timeout_s, shutdown_timeout_s)
+    explicit_export = exporter is not None or endpoint is not None or _env("RAGTRACE_ENDPOINT") is not None
+    provider, owns = _choose_provider(tracer_provider, service_name, resource_attributes)
+    processor = counting = None
+    resolved_endpoint: str | None = None
+    if (explicit_export or owns) and _is_sdk_provider(provider):
+        if exporter is None:
+            resolved_endpoint = _resolve_endpoint(endpoint, export.protocol)
+            exporter = export.otlp_exporter(resolved_endpoint, headers)
+        counting = CountingExporter(exporter)
+        processor = export.processor(counting)
+        provider.add_span_processor(processor)
+    if owns and set_global and not _is_sdk_provider(trace.get_tracer_provider()):
+        trace.set_tracer_provider(provider)
+    SETTINGS.tracer = provider.get_tracer(TRACER_NAME)
+    handle = TracingHandle(
+        provider, processor, counting, owns, resolved_endpoint, export.protocol, export.shutdown_timeout_s
+    )
+    SETTINGS._handle = handle  # type: ignore[attr-defined]
+    return handle
+
+
+def _apply_content_rules(
+    capture_content: bool | None,
+    redact: Redactor | Iterable[str | Pattern[str]] | None,
+    max_attribute_length: int | None,
+    max_documents: int | None,
+    max_span_chars: int | None,
+) -> None:
+    """What init() decides about span content: argument, then environment, then default."""
     s = SETTINGS
     cc = capture_content
     if cc is None:
@@ -582,75 +613,85 @@ def init(
     s.max_documents = max_documents or _env_int("RAGTRACE_MAX_DOCUMENTS") or DEFAULT_MAX_DOCUMENTS
     s.max_span_chars = max_span_chars or _env_int("RAGTRACE_MAX_SPAN_CHARS") or DEFAULT_MAX_SPAN_CHARS
 
-    proto = (
-        protocol
-        or _env("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-        or DEFAULT_PROTOCOL
-    ).lower()
-    if proto == "http/json":
-        raise ValueError("OTLP http/json is not supported by the Python exporter: use 'http/protobuf' or 'grpc'")
-    queue = max_queue_size or _env_int("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE") or DEFAULT_MAX_QUEUE_SIZE
-    delay = schedule_delay_ms or _env_int("OTEL_BSP_SCHEDULE_DELAY") or 1000
-    timeout = export_timeout_s
-    if timeout is None:  # a bad value is reported like every other, never raised out of init()
-        timeout = _env_float("RAGTRACE_EXPORT_TIMEOUT")
-    if timeout is None or timeout <= 0:
-        timeout = DEFAULT_EXPORT_TIMEOUT_S
-    exit_timeout = shutdown_timeout_s
-    if exit_timeout is None:
-        exit_timeout = _env_float("RAGTRACE_SHUTDOWN_TIMEOUT")
-    if exit_timeout is None or exit_timeout < 0:
-        exit_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
 
-    provider = tracer_provider
-    owns = False
-    explicit_export = exporter is not None or endpoint is not None or _env("RAGTRACE_ENDPOINT") is not None
-    if provider is None:
-        current = trace.get_tracer_provider()
-        if _is_sdk_provider(current) and current not in _RETIRED:
-            provider = current
-    if provider is None:
-        name = service_name or _env("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
-        attrs = {"service.name": name, "telemetry.sdk.name.ragtrace": "ragtrace"}
-        attrs.update(resource_attributes or {})
-        resource = Resource.create(attrs)
-        if OPENINFERENCE_PROJECT_NAME not in resource.attributes:  # else Phoenix files every app under "default"
-            resource = resource.merge(Resource({OPENINFERENCE_PROJECT_NAME: str(resource.attributes["service.name"])}))
-        # Room for max_documents x 4 document fields plus the fixed attributes.
-        limits = SpanLimits(max_span_attributes=max(128, s.max_documents * 8 + 64))
-        # No at-exit shutdown of its own: it waits on the exporter's retries. The handle's is bounded.
-        provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False)
-        owns = True
-        explicit_export = True
+@dataclass(frozen=True)
+class _ExportSettings:
+    """How spans leave the app (argument, then environment, then default): protocol, queue, timings."""
 
-    processor = counting = None
-    resolved_endpoint: str | None = None
-    if explicit_export and _is_sdk_provider(provider):
-        if exporter is None:
-            resolved_endpoint = _resolve_endpoint(endpoint, proto)
-            hdrs = headers or _parse_headers(
-                _env("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
-            )
-            exporter = _make_exporter(proto, resolved_endpoint, hdrs, timeout)
-        counting = CountingExporter(exporter)
-        processor = CountingBatchSpanProcessor(
-            counting,
-            max_queue_size=queue,
-            shutdown_timeout_s=exit_timeout,
-            schedule_delay_millis=delay,
-            max_export_batch_size=min(512, queue),
-            export_timeout_millis=int(timeout * 1000),
+    protocol: str
+    max_queue_size: int
+    schedule_delay_ms: int
+    export_timeout_s: float
+    shutdown_timeout_s: float
+
+    @classmethod
+    def resolve(
+        cls,
+        protocol: str | None,
+        max_queue_size: int | None,
+        schedule_delay_ms: int | None,
+        export_timeout_s: float | None,
+        shutdown_timeout_s: float | None,
+    ) -> _ExportSettings:
+        proto = (
+            protocol
+            or _env("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+            or DEFAULT_PROTOCOL
+        ).lower()
+        if proto == "http/json":
+            raise ValueError("OTLP http/json is not supported by the Python exporter: use 'http/protobuf' or 'grpc'")
+        queue = (
+            max_queue_size or _env_int("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE") or DEFAULT_MAX_QUEUE_SIZE
         )
-        provider.add_span_processor(processor)
+        timeout = export_timeout_s
+        if timeout is None:  # a bad value is reported like every other, never raised out of init()
+            timeout = _env_float("RAGTRACE_EXPORT_TIMEOUT")
+        if timeout is None or timeout <= 0:
+            timeout = DEFAULT_EXPORT_TIMEOUT_S
+        exit_timeout = shutdown_timeout_s
+        if exit_timeout is None:
+            exit_timeout = _env_float("RAGTRACE_SHUTDOWN_TIMEOUT")
+        if exit_timeout is None or exit_timeout < 0:
+            exit_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
+        delay = schedule_delay_ms or _env_int("OTEL_BSP_SCHEDULE_DELAY") or 1000
+        return cls(proto, queue, delay, timeout, exit_timeout)
 
-    if owns and set_global:
-        current = trace.get_tracer_provider()
-        if not _is_sdk_provider(current):
-            trace.set_tracer_provider(provider)
-    s.tracer = provider.get_tracer(TRACER_NAME)
-    handle = TracingHandle(provider, processor, counting, owns, resolved_endpoint, proto, exit_timeout)
-    s._handle = handle  # type: ignore[attr-defined]
-    return handle
+    def otlp_exporter(self, endpoint: str, headers: dict[str, str] | None) -> SpanExporter:
+        hdrs = headers or _parse_headers(
+            _env("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+        )
+        return _make_exporter(self.protocol, endpoint, hdrs, self.export_timeout_s)
+
+    def processor(self, exporter: CountingExporter) -> CountingBatchSpanProcessor:
+        return CountingBatchSpanProcessor(
+            exporter,
+            max_queue_size=self.max_queue_size,
+            shutdown_timeout_s=self.shutdown_timeout_s,
+            schedule_delay_millis=self.schedule_delay_ms,
+            max_export_batch_size=min(512, self.max_queue_size),
+            export_timeout_millis=int(self.export_timeout_s * 1000),
+        )
+
+
+def _choose_provider(
+    tracer_provider: Any, service_name: str | None, resource_attributes: dict[str, Any] | None
+) -> tuple[Any, bool]:
+    """The provider to use and whether ragtrace made it: the one given, else the app's SDK provider, else new."""
+    if tracer_provider is not None:
+        return tracer_provider, False
+    current = trace.get_tracer_provider()
+    if _is_sdk_provider(current) and current not in _RETIRED:
+        return current, False
+    name = service_name or _env("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+    attrs = {"service.name": name, "telemetry.sdk.name.ragtrace": "ragtrace"}
+    attrs.update(resource_attributes or {})
+    resource = Resource.create(attrs)
+    if OPENINFERENCE_PROJECT_NAME not in resource.attributes:  # else Phoenix files every app under "default"
+        resource = resource.merge(Resource({OPENINFERENCE_PROJECT_NAME: str(resource.attributes["service.name"])}))
+    # Room for max_documents x 4 document fields plus the fixed attributes.
+    limits = SpanLimits(max_span_attributes=max(128, SETTINGS.max_documents * 8 + 64))
+    # No at-exit shutdown of its own: it waits on the exporter's retries. The handle's is bounded.
+    return TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False), True
 
 
 def configure_limits(
