@@ -48,7 +48,8 @@ class AssemblyState(abc.ABC):
       trace's deadline to ``now + grace`` if that is earlier than the current one.
     * ``pop_due`` removes and returns traces whose deadline has passed, at most ``limit``; each
       trace is returned once, even when several processes share the state.
-    * ``pop_all`` removes and returns every in-flight trace (shutdown).
+    * ``pop_all`` removes and returns every in-flight trace this process answers for (shutdown): in process, all of
+      them; a state shared between receivers returns what is due and leaves the rest to the receivers still up.
     * ``settle`` says traces returned by ``pop_due``, ``pop_all`` or ``AddResult.evicted`` are safe now (their
       records are on the queue, or were decided against: not sampled, refused, unbuildable). Until then a state
       shared between processes keeps each as a claim with a lease; one not settled within the lease (its process
@@ -69,7 +70,7 @@ class AssemblyState(abc.ABC):
 
     @abc.abstractmethod
     def pop_all(self) -> list[CompletedTrace]:
-        """Everything in flight, with reason ``shutdown``."""
+        """Everything in flight this process answers for, with reason ``shutdown`` (see the contract)."""
 
     def settle(self, trace_ids: Sequence[str]) -> None:
         """Forget the claims on these popped traces (one call per sweep chunk); a no-op where nothing is claimed."""
