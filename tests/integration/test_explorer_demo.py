@@ -70,3 +70,8 @@ def test_the_demo_prints_the_explorer_first_and_serves_it(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+    # after the demo: its records and its summary stay where it said, for the explorer to show again
+    tail = proc.stdout.read() if proc.stdout is not None else ""
+    data = tmp_path / "demo"
+    assert f"data kept in {data}" in tail and (data / "collector" / "results.sqlite").is_file(), tail
+    assert (data / "summary.txt").read_text().startswith("summary: "), tail

@@ -64,6 +64,9 @@ DEMO_WINDOWS = {
 
 
 # --- arguments ------------------------------------------------------------------------------------
+DEFAULT_DATA_DIR = "ragtrace-demo-data"  # in the current directory: the records outlive the demo
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
     parser.add_argument("--rate", type=float, default=2.0, help="example requests per second (default 2)")
@@ -89,7 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="OTLP protocol the example uses (default http/protobuf)",
     )
     parser.add_argument(
-        "--data-dir", default=None, help="collector data directory (default: a temporary one, removed on exit)"
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        help=f"where the demo keeps its records, logs and summary after it stops (default ./{DEFAULT_DATA_DIR};"
+        " browse them again with ragtrace-collector serve --data-dir DIR/collector)",
+    )
+    parser.add_argument(
+        "--temporary", action="store_true", help="keep the data in a temporary directory, removed on exit instead"
     )
     parser.add_argument(
         "--prometheus-port", type=int, default=9090, help="Prometheus port (default 9090, or a free one if taken)"
@@ -616,6 +625,19 @@ def status_line(traffic: Traffic, scored: int, alerts: list[str] | None, elapsed
     )
 
 
+def _keep_summary(workdir: Path, summary: list[str]) -> Path | None:
+    """Write the closing summary beside the data, where Ctrl-C cannot take it: a terminal's Ctrl-C also stops a
+    ``| tee`` the output goes through, and the lines printed after it are lost."""
+    if not summary:
+        return None
+    path = workdir / "summary.txt"
+    try:
+        path.write_text("\n".join(summary) + "\n", encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
 def closing_summary(traffic: Traffic, scored: int, elapsed: float, watch: AlertWatch | None) -> list[str]:
     """What the run showed, in a few lines that survive the live view: sent, scored, mean faithfulness per phase
     over the whole run, and each alert's first firing (``watch`` None: no Prometheus ran)."""
@@ -698,7 +720,7 @@ def run(args: argparse.Namespace) -> int:
         return bool(console.output_lost)
 
     degrade_after = args.degrade_after if args.degrade_after is not None else (60.0 if args.degrade else None)
-    own_dir = args.data_dir is None
+    own_dir = bool(args.temporary)
     workdir = Path(tempfile.mkdtemp(prefix="ragtrace-demo-")) if own_dir else Path(args.data_dir)
     workdir.mkdir(parents=True, exist_ok=True)
     children: list[ChildProcess] = []
@@ -832,11 +854,17 @@ def run(args: argparse.Namespace) -> int:
         try:
             for child, rc in stopped:
                 console.print(f"stopped {child.name} (pid {child.pid}, exit {rc})", highlight=False)
+            summary = closing_summary(traffic, scored, ran_for, watch) if traffic is not None else []
             if not own_dir:
-                console.print(f"data kept in {workdir}", highlight=False, soft_wrap=True)
-            if traffic is not None:
-                for line in closing_summary(traffic, scored, ran_for, watch):
-                    console.print(line, highlight=False, soft_wrap=True)
+                kept = _keep_summary(workdir, summary)
+                console.print(
+                    f"data kept in {workdir}{f' (summary in {kept})' if kept else ''}; browse the records again with"
+                    f" ragtrace-collector serve --data-dir {workdir / 'collector'}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            for line in summary:
+                console.print(line, highlight=False, soft_wrap=True)
         except OSError:  # the terminal itself went away: the children are already stopped
             pass
     return code
