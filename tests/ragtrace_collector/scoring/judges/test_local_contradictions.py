@@ -129,3 +129,11 @@ def test_the_local_judge_decides_nli_offline(judge: LocalJudge) -> None:
     labels = [c["label"] for c in result.details["claims"]]
     assert labels == ["entailment", "contradiction", "neutral"], result.details
     assert result.label == "contradiction" and result.score == pytest.approx(1 / 3)
+
+
+def test_a_not_found_reason_names_the_claims_words_as_written(judge: LocalJudge) -> None:
+    # matched by stem, said as written: the reason once read "words not in the contexts: produc, niel"
+    (verdict,) = _verdicts(judge, "Who makes the kettle?", KETTLE, "The kettle is produced by Niels Engineering.")
+    assert verdict.verdict != "yes", verdict
+    said = verdict.reason.split("words not in the contexts: ", 1)[-1]
+    assert "produced" in said and "produc," not in said + "," and "niel," not in said + ",", verdict.reason
