@@ -511,6 +511,100 @@ def threshold_expr(sel: str, by: str) -> str:
     return f"max by ({by}) (ragtrace:eval_score:threshold{{{sel}}})"
 
 
+# Judge vs human reviewers, as the collector exports it (review/metrics.py): the random sample's figures are the
+# honest estimate. Collectors sharing a store report the same figures: max by, not sum.
+AGREE = 'metric=~"$metric", judge=~"$judge", population="sample"'
+
+
+def agreement_expr(statistic: str, sel: str = AGREE) -> str:
+    return f'max by (metric, judge) (ragtrace_judge_agreement{{{sel}, statistic="{statistic}"}})'
+
+
+def judge_agreement_panels(lay: Layout) -> list[dict]:
+    """A row of the quality dashboard: how far the judge's calls agree with the reviewers (the explorer's
+    /explorer/agreement), kappa over time with its interval, and the figures per metric and judge."""
+    legend = "{{metric}} ({{judge}})"
+    figures = [
+        ("A", "kappa", "kappa"),
+        ("B", "kappa_low", "kappa low"),
+        ("C", "kappa_high", "kappa high"),
+        ("D", "balanced_accuracy", "balanced accuracy"),
+        ("E", "auroc", "AUROC"),
+        ("F", "best_threshold", "best threshold"),
+        ("G", "reviewed", "reviewed"),
+    ]
+    table_panel = {
+        "type": "table",
+        "title": "Judge vs reviewers (random sample): agreement per metric and judge",
+        "description": 'From ragtrace_judge_agreement{population="sample"}: the reviews of the review queue\'s '
+        "uniform random sample, the honest estimate. The judge's call is its score against the alert threshold; "
+        "kappa with its 95% bootstrap interval; AUROC of the score against the reviewers' label; the best "
+        "threshold is the observed score that would agree best (balanced accuracy). Details and the confusion "
+        "matrix: the explorer's /explorer/agreement page.",
+        "datasource": DS,
+        "targets": [target(agreement_expr(stat), ref=ref, instant=True, fmt="table") for ref, stat, _ in figures],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "renameByName": {f"Value #{ref}": name for ref, _, name in figures},
+                },
+            },
+            {"id": "sortBy", "options": {"sort": [{"field": "kappa", "desc": False}]}},
+        ],
+        "fieldConfig": {
+            "defaults": {"decimals": 2, "custom": {"align": "auto"}, "noValue": "no reviews yet"},
+            "overrides": [
+                {"matcher": {"id": "byName", "options": "reviewed"}, "properties": [{"id": "decimals", "value": 0}]},
+                {
+                    "matcher": {"id": "byName", "options": "kappa"},
+                    "properties": [
+                        {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+                        {
+                            "id": "thresholds",
+                            "value": {
+                                "mode": "absolute",
+                                "steps": [
+                                    {"color": "red", "value": None},
+                                    {"color": "yellow", "value": 0.4},
+                                    {"color": "green", "value": 0.6},
+                                ],
+                            },
+                        },
+                    ],
+                },
+            ],
+        },
+        "options": {"showHeader": True, "footer": {"show": False}},
+    }
+    return [
+        lay.row("Judge vs reviewers"),
+        lay.place(
+            timeseries(
+                "Cohen's kappa of the judge against the reviewers, with its 95% interval (random sample)",
+                [
+                    target(agreement_expr("kappa"), legend, "A"),
+                    target(agreement_expr("kappa_low"), f"low: {legend}", "B"),
+                    target(agreement_expr("kappa_high"), f"high: {legend}", "C"),
+                    target(agreement_expr("reviewed"), f"n: {legend}", "D"),
+                ],
+                description="Agreement beyond chance of the judge's calls (score against the alert threshold) with "
+                "the reviewers' verdicts, over the random sample's reviews of the last review.agreement_window_days; "
+                "the interval is a bootstrap's. Under 0.4 with at least 30 reviews for 30m, RagJudgeDisagrees warns. "
+                "Bars: reviewed records (n).",
+                minimum=-1,
+                maximum=1,
+                overrides=sample_size_override("D"),
+            ),
+            12,
+            8,
+        ),
+        lay.place(table_panel, 12, 8),
+    ]
+
+
 def quality_dashboard() -> dict:
     lay = Layout()
     panels: list[dict] = []
@@ -558,6 +652,8 @@ def quality_dashboard() -> dict:
             10,
         )
     )
+
+    panels.extend(judge_agreement_panels(lay))
 
     panels.append(lay.row("$metric", repeat="metric"))
     msel = MP

@@ -17,6 +17,8 @@
         ragtrace.annotate(session_id="s1", expected_tools=["weather"])
         return "".join(answer(question, search(question)))
 
+    ragtrace.feedback(True, trace_id=saved_trace_id)     # the user's thumbs up, later: stored by the collector
+
 The span contract (every attribute name) is :mod:`ragtrace.attributes`.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 from . import attributes
 from .config import TracingHandle, configure_limits, init
 from .decorators import annotate, current_trace_id, generator, pipeline, reranker, retriever, tool
+from .feedback import feedback
 from .safety import internal_errors
 from .version import __version__ as __version__
 
@@ -34,6 +37,7 @@ __all__ = [
     "attributes",
     "configure_limits",
     "current_trace_id",
+    "feedback",
     "generator",
     "init",
     "internal_errors",

@@ -133,6 +133,13 @@ RAGTRACE_CHUNK_COUNT = "ragtrace.response.chunk_count"
 RAGTRACE_STREAM_ABANDONED = "ragtrace.stream.abandoned"
 RAGTRACE_TRUNCATED = "ragtrace.truncated"  # bool: some attribute was shortened or dropped
 RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the per-span cap
+# End-user feedback (ragtrace.feedback()): one small span in the trace it is about, role "feedback"; the collector
+# stores it as a label and never assembles it into a record
+ROLE_FEEDBACK = "feedback"
+RAGTRACE_FEEDBACK_SPAN = "ragtrace.feedback"  # the feedback span's name
+RAGTRACE_FEEDBACK_NAME = "ragtrace.feedback.name"  # which signal: "user_feedback", "thumbs", ...
+RAGTRACE_FEEDBACK_VALUE = "ragtrace.feedback.value"  # double in [0, 1] (a bool is sent as 1.0 / 0.0)
+RAGTRACE_FEEDBACK_COMMENT = "ragtrace.feedback.comment"  # the user's words, bounded
 
 # --- added by the SDK (additive only) ---------------------------------------------------------
 ERROR_TYPE = "error.type"  # OTel semconv: the exception class name on a failed span

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from . import safety
 from .attributes import OPENINFERENCE_PROJECT_NAME
+from .recent import watch
 
 TRACER_NAME = "ragtrace"
 
@@ -583,6 +584,8 @@ def init(
         counting = CountingExporter(exporter)
         processor = export.processor(counting)
         provider.add_span_processor(processor)
+    if _is_sdk_provider(provider):  # root span ids and pipeline names of recent traces, for ragtrace.feedback()
+        watch(provider)
     if owns and set_global and not _is_sdk_provider(trace.get_tracer_provider()):
         trace.set_tracer_provider(provider)
     SETTINGS.tracer = provider.get_tracer(TRACER_NAME)

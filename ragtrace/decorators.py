@@ -69,6 +69,7 @@ class Decorator(Protocol):
 
 
 PIPELINE_SPAN_KEY = create_key("ragtrace.pipeline-span")
+PIPELINE_NAME_KEY = create_key("ragtrace.pipeline-name")  # its name, known before the span ends
 
 _MISSING = object()
 _SELF_NAMES = ("self", "cls")
@@ -280,6 +281,7 @@ class _Spec:
         ctx = set_span_in_context(span)
         if self.is_pipeline:
             ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
+            ctx = set_value(PIPELINE_NAME_KEY, self.static[A.RAGTRACE_PIPELINE_NAME], ctx)  # for feedback()
         if not span.is_recording():  # no provider yet, or sampled out: read nothing
             return span, ctx, AttrWriter(s, capture, {})
         w = AttrWriter(s, capture, self.static.copy())

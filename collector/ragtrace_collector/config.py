@@ -541,6 +541,20 @@ class ExplorerConfig(_Section):
         return v
 
 
+class ReviewConfig(_Section):
+    """The quality loop's reviewing side: the review queue, reviewer verdicts and judge-vs-human agreement."""
+
+    # A record is in the uniform random sample when the hash of its trace id falls under this share: reviews of
+    # sampled records are the honest estimate of agreement (the queue shows them first, in hash order)
+    sample_rate: float = Field(default=0.2, ge=0.0, le=1.0)
+    queue_pool: int = Field(default=2000, ge=1)  # newest scored records of the metric the queue picks among
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)  # a review or feedback request body; larger: 413
+    agreement_window_days: float = Field(default=30.0, gt=0)  # agreement is over the reviews of this many days
+    # ragtrace_judge_agreement is recomputed at most this often (a scrape reads the cached figures)
+    agreement_cache_seconds: float = Field(default=60.0, ge=0)
+    max_agreement_series: int = Field(default=50, ge=1)  # (metric, judge) pairs exported, the most reviewed first
+
+
 class ForwardConfig(_Section):
     """Every OTLP trace request received, passed on unchanged to a trace backend (``exporter/forward.py``)."""
 
@@ -594,6 +608,7 @@ class CollectorConfig(BaseSettings):
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     explorer: ExplorerConfig = Field(default_factory=ExplorerConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
     forward: ForwardConfig = Field(default_factory=ForwardConfig)
 
     @classmethod

@@ -6,9 +6,10 @@
 
 Each setup's app runs in its peer environment (``.peers/<env>``, made by ``scripts/peers/build.sh``)
 against a loopback sink that writes every ``POST /v1/traces`` body, unchanged, to
-``tests/fixtures/peers/<setup>/requests-NNN.binpb``, with ``versions.json`` (the packages the
-environment resolved, the Python version and the command). ``/v1/metrics`` and ``/v1/logs`` are
-answered and dropped. The replay tests read these files.
+``tests/fixtures/peers/<setup>/requests-NNN.binpb`` and every ``POST /v1/logs`` body to ``logs-NNN.binpb``
+(one numbering for both, in arrival order: a replay sends them in that order), with ``versions.json`` (the
+packages the environment resolved, the Python version and the command). ``/v1/metrics`` is answered and
+dropped. The replay tests read these files.
 """
 
 from __future__ import annotations
@@ -41,16 +42,31 @@ SETUPS: dict[str, str] = {
     "tl_llamaindex": "traceloop",
     "openlit_qdrant": "openlit",
     "openlit_langchain": "openlit",
+    "langfuse_observe": "langfuse",
+    "otel_genai_events": "otel_genai",
+    "otel_genai_spans": "otel_genai",
 }
-_VERSIONED = ("opentelemetry", "openinference", "langchain", "llama-index", "openai", "traceloop", "openlit", "qdrant")
+_VERSIONED = (
+    "opentelemetry",
+    "openinference",
+    "langchain",
+    "llama-index",
+    "openai",
+    "traceloop",
+    "openlit",
+    "qdrant",
+    "langfuse",
+)
+TRACES, LOGS = "/v1/traces", "/v1/logs"
 
 
 class Sink:
-    """A loopback OTLP/HTTP endpoint that keeps each trace export's body as received (decompressed)."""
+    """A loopback OTLP/HTTP endpoint that keeps each trace and log export's body as received (decompressed)."""
 
     def __init__(self) -> None:
-        self.bodies: list[bytes] = []
+        self.bodies: list[tuple[str, bytes]] = []  # (path, body) in arrival order
         sink = self
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -59,8 +75,10 @@ class Sink:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 enc = (self.headers.get("Content-Encoding") or "").lower()
                 body = gzip.decompress(body) if enc == "gzip" else zlib.decompress(body) if enc == "deflate" else body
-                if self.path.rstrip("/") == "/v1/traces":
-                    sink.bodies.append(body)
+                path = self.path.rstrip("/")
+                if path in (TRACES, LOGS):
+                    with lock:
+                        sink.bodies.append((path, body))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -82,7 +100,7 @@ def run_app(setup: str, endpoint: str) -> subprocess.CompletedProcess[str]:
     """The setup's app in its peer environment, exporting to ``endpoint``."""
     python = PEERS / SETUPS[setup] / "bin" / "python"
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACELOOP_", "OPENLIT_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACELOOP_", "OPENLIT_", "LANGFUSE_"))},
         "PYTHONPATH": f"{ROOT}{os.pathsep}{APPS}",
         "PEER_OTLP_ENDPOINT": endpoint,
         "PEER_SERVICE": f"peer-{setup}",
@@ -124,11 +142,14 @@ def capture(setup: str) -> int:
     out = FIXTURES / setup
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for i, body in enumerate(sink.bodies):
-        (out / f"requests-{i:03d}.binpb").write_bytes(body)
+    for i, (path, body) in enumerate(sink.bodies):
+        (out / f"{'logs' if path == LOGS else 'requests'}-{i:03d}.binpb").write_bytes(body)
     (out / "versions.json").write_text(json.dumps(versions(setup), indent=2, sort_keys=True) + "\n")
-    size = sum(len(b) for b in sink.bodies)
-    print(f"{setup}: {len(sink.bodies)} OTLP requests, {size / 1024:.1f} KiB -> {out.relative_to(ROOT)}")
+    size = sum(len(b) for _, b in sink.bodies)
+    logs = sum(1 for path, _ in sink.bodies if path == LOGS)
+    print(
+        f"{setup}: {len(sink.bodies)} OTLP requests ({logs} of logs), {size / 1024:.1f} KiB -> {out.relative_to(ROOT)}"
+    )
     return len(sink.bodies)
 
 

@@ -42,6 +42,7 @@ def exported_metric_names() -> set[str]:
 
     from ragtrace_collector.exporter.prometheus import EvalMetrics, QueueCollector
     from ragtrace_collector.queue.redis import RedisQueueCollector
+    from ragtrace_collector.review.metrics import AgreementCollector
     from ragtrace_collector.telemetry.ingest import IngestMetrics
 
     registry = CollectorRegistry()
@@ -49,6 +50,7 @@ def exported_metric_names() -> set[str]:
     EvalMetrics(registry)
     families = list(registry.collect()) + list(QueueCollector(queue=None).describe())  # describe: no queue access
     families += RedisQueueCollector(queue=None).describe()  # the Redis queue's own, in its receivers
+    families += AgreementCollector(source=None, max_pairs=1).describe()  # describe: no source read
     names: set[str] = set()
     suffixes = {
         "counter": ("_total", "_created"),

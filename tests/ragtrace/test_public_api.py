@@ -10,6 +10,7 @@ EXPECTED = {
     "attributes",
     "configure_limits",
     "current_trace_id",
+    "feedback",
     "generator",
     "init",
     "internal_errors",
@@ -49,5 +50,10 @@ def test_attribute_contract_names_used_by_collector_exist():
         "RAGTRACE_REFERENCE_TOOL_CALLS",
         "GEN_AI_TOOL_NAME",
         "GEN_AI_TOOL_CALL_ARGUMENTS",
+        "ROLE_FEEDBACK",
+        "RAGTRACE_FEEDBACK_SPAN",
+        "RAGTRACE_FEEDBACK_NAME",
+        "RAGTRACE_FEEDBACK_VALUE",
+        "RAGTRACE_FEEDBACK_COMMENT",
     ):
         assert isinstance(getattr(a, n), str)

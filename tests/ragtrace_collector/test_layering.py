@@ -23,11 +23,12 @@ ALLOWED: dict[str, set[str]] = {
     "receiver": {"model", "config", "internal"},
     "queue": {"model", "config", "internal"},
     "processor": {"model", "config", "internal", "queue"},
-    "scoring": {"model", "config", "internal", "queue"},
+    "scoring": {"model", "config", "internal", "queue", "version"},  # version: each score's provenance
     "telemetry": {"model", "config"},
     "exporter": {"model", "config", "internal", "queue", "scoring", "telemetry"},
-    # the quality loop: human labels, judge-vs-human agreement, datasets (reads the results store)
-    "review": {"model", "config", "internal", "scoring"},
+    # the quality loop: human labels, judge-vs-human agreement, datasets (reads the results store); telemetry for
+    # the feedback counters' bounded labels (the ingest metrics' own)
+    "review": {"model", "config", "internal", "scoring", "telemetry"},
     "explorer": {"model", "config", "internal", "scoring", "review"},
     "examples": set(),
     "service": {

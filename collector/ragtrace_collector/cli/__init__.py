@@ -1,4 +1,4 @@
-"""``ragtrace-collector``: serve | evaluate | results | metrics | demo.
+"""``ragtrace-collector``: serve | evaluate | results | metrics | rescore | dataset | demo.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 this file only dispatches, so importing the CLI stays cheap.
@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "evaluate": ("ragtrace_collector.cli.evaluate", "score a Ragas-style JSONL file offline"),
     "results": ("ragtrace_collector.cli.results", "list scored records from the local results store"),
     "metrics": ("ragtrace_collector.cli.metrics", "list the metrics the collector can score and what each needs"),
+    "rescore": ("ragtrace_collector.cli.rescore", "score stored records again, new scores kept beside the old"),
+    "dataset": ("ragtrace_collector.cli.dataset", "export stored records with their human labels as a dataset"),
     "demo": ("ragtrace_collector.cli.demo", "the main job: collector + embedded judge fed by the example pipeline"),
 }
 

@@ -14,9 +14,18 @@ outage, 429, timeout); the new line keeps the earlier results and adds up the us
 newer line wins. Rows that were unreadable are read again (the input may have been fixed). Ends with a summary table (mean, count, skipped, errors per metric) over the
 whole output file.
 
+A judge measured on labelled rows: where input rows carry ``hallucinated`` (true/false: a ``dataset export`` of
+reviewed records, RAGTruth, HaluEval), each metric is compared with the labels — balanced accuracy and Cohen's
+kappa of its verdict (a higher-is-better metric says "hallucinated" when its score is below its threshold, 1.0
+unless ``--label-threshold`` says otherwise, so faithfulness < 1 is hallucinated; a lower-is-better one when above
+it, 0.0 by default) and AUROC of its score (threshold-free). They are printed after the summary and written with
+it by ``--summary-json FILE``.
+
 Exit status 1 when no score came out, or when a CI gate fails: ``--fail-under faithfulness=0.8`` floors a
 higher-is-better metric's mean, ``--fail-over hallucination=0.2`` caps a lower-is-better one's (each metric's
-direction is checked, so a gate can never pass on the wrong side); 2 for a usage or configuration error.
+direction is checked, so a gate can never pass on the wrong side), ``--fail-under
+faithfulness.balanced_accuracy=0.7`` floors an agreement statistic (``balanced_accuracy``, ``auroc``, ``kappa``;
+no labelled score fails it); 2 for a usage or configuration error.
 
 Settings are the collector's configuration (:mod:`ragtrace_collector.config`), the ``judge`` and ``scoring``
 sections of the same model ``serve`` reads: the flags override them, then the environment
@@ -125,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="METRIC=MIN[,...]",
         help="CI gate for higher-is-better metrics: exit 1 when a metric's mean over the output file is below MIN "
-        "(e.g. faithfulness=0.8,answer_relevancy=0.7; repeatable)",
+        "(e.g. faithfulness=0.8,answer_relevancy=0.7; repeatable); METRIC.STAT=MIN floors its agreement with the "
+        f"rows' hallucinated labels (STAT: {', '.join(AGREEMENT_STATS)}; e.g. faithfulness.balanced_accuracy=0.7)",
     )
     parser.add_argument(
         "--fail-over",
@@ -133,6 +143,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="METRIC=MAX[,...]",
         help="CI gate for lower-is-better metrics: exit 1 when a metric's mean is above MAX (e.g. hallucination=0.2)",
+    )
+    parser.add_argument(
+        "--label-threshold",
+        type=gate_pairs,
+        action="append",
+        metavar="METRIC=X[,...]",
+        help="agreement with hallucinated labels: a higher-is-better metric says hallucinated below X (default 1.0), "
+        "a lower-is-better one above X (default 0.0)",
+    )
+    parser.add_argument(
+        "--summary-json", type=Path, help="also write the summary and the agreement with labels to this JSON file"
     )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
     parser.add_argument("--out", type=Path, required=True, help="output JSONL (appended to; resumable)")
@@ -162,18 +183,28 @@ def gate_pairs(text: str) -> dict[str, float]:
     return gates
 
 
+#: The statistics of a metric's agreement with labelled rows, as gates and the summary name them.
+AGREEMENT_STATS = ("balanced_accuracy", "auroc", "kappa")
+
+
 @dataclass(frozen=True)
 class Gate:
     """A regression gate on one metric's mean: a floor for higher-is-better metrics (``--fail-under``), a ceiling
-    for lower-is-better ones (``--fail-over``), so a gate can never pass on the wrong side of its threshold."""
+    for lower-is-better ones (``--fail-over``), so a gate can never pass on the wrong side of its threshold; or,
+    with ``statistic``, a floor on the metric's agreement with the labels (higher is better for all three)."""
 
     metric: str
     threshold: float
     higher_is_better: bool
+    statistic: str | None = None
 
     @property
     def flag(self) -> str:
         return "--fail-under" if self.higher_is_better else "--fail-over"
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}.{self.statistic}" if self.statistic else self.metric
 
     def passes(self, mean: float | None) -> bool:
         """No score at all fails: a gate that saw nothing must not let the build through."""
@@ -192,9 +223,23 @@ def gates_from(
     gates: list[Gate] = []
     for flag, given, higher in (("--fail-under", fail_under, True), ("--fail-over", fail_over, False)):
         for name, threshold in {k: v for pairs in given or [] for k, v in pairs.items()}.items():
+            statistic = None
+            if name not in METRICS and "." in name:
+                name, statistic = name.rsplit(".", 1)
+                if statistic not in AGREEMENT_STATS:
+                    raise ValueError(f"{flag} {name}.{statistic}: the statistics are {', '.join(AGREEMENT_STATS)}")
+                if not higher:
+                    raise ValueError(
+                        f"{flag} {name}.{statistic}: higher agreement is better, gate it with --fail-under"
+                    )
             metric = METRICS.get(name)
             if metric is None:
                 raise ValueError(f"{flag}: unknown metric {name!r}")
+            if statistic is not None:
+                if name not in metrics:
+                    raise ValueError(f"{flag} {name}.{statistic}: {name} is not among the metrics scored")
+                gates.append(Gate(name, threshold, True, statistic))
+                continue
             if metric.higher_is_better != higher:
                 other = "--fail-over" if higher else "--fail-under"
                 side = "higher" if metric.higher_is_better else "lower"
@@ -202,19 +247,40 @@ def gates_from(
             if name not in metrics:
                 raise ValueError(f"{flag} {name}: {name} is not among the metrics scored ({', '.join(metrics)})")
             gates.append(Gate(name, threshold, higher))
-    seen = Counter(g.metric for g in gates)
+    seen = Counter(g.name for g in gates)
     if any(n > 1 for n in seen.values()):
         raise ValueError(f"a metric is gated twice: {', '.join(m for m, n in seen.items() if n > 1)}")
     return gates
 
 
-def check_gates(gates: list[Gate], summary: list[dict[str, Any]], err: Any) -> bool:
+def check_gates(
+    gates: list[Gate], summary: list[dict[str, Any]], err: Any, agreement: list[dict[str, Any]] | None = None
+) -> bool:
     """One line per gate (failures in red, with the mean and the counts behind it); ``True`` when all pass."""
     from rich.markup import escape
 
     by_metric = {r["metric"]: r for r in summary}
+    agreed = {r["metric"]: r for r in agreement or []}
     ok = True
     for gate in gates:
+        if gate.statistic is not None:
+            stats = agreed.get(gate.metric) or {"labelled": 0}
+            value = stats.get(gate.statistic)
+            if value is not None and value >= gate.threshold:
+                err.print(
+                    f"[green]gate passed:[/green] {escape(gate.name)} {value:.4f} >= {gate.threshold:g} over "
+                    f"{stats['labelled']} labelled rows",
+                    soft_wrap=True,
+                )
+                continue
+            ok = False
+            what = (
+                f"{value:.4f} < {gate.threshold:g} over {stats['labelled']} labelled rows"
+                if value is not None
+                else f"not measurable ({stats['labelled']} labelled scores; both labels are needed)"
+            )
+            err.print(f"[red]gate failed:[/red] {escape(gate.name)} {what}", soft_wrap=True)
+            continue
         row = by_metric.get(gate.metric) or {"mean": None, "count": 0, "skipped": 0, "errors": 0}
         mean = row["mean"]
         spec = f"{gate.flag} {gate.metric}={gate.threshold:g}"
@@ -507,6 +573,76 @@ def summarise(out: Path, metrics: list[str]) -> tuple[list[dict[str, Any]], dict
     return rows, totals
 
 
+def read_labels(path: Path, limit: int | None) -> dict[str, bool]:
+    """The ``hallucinated`` label of each input row that has one (true/false), by row id (as :func:`parse_row`
+    names rows; the first of a repeated id)."""
+    labels: dict[str, bool] = {}
+    for lineno, line in _iter_rows(path, limit):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("hallucinated"), bool):
+            row_id = str(data["id"]) if data.get("id") not in (None, "") else f"line-{lineno}"
+            labels.setdefault(row_id, data["hallucinated"])
+    return labels
+
+
+def label_agreement(
+    out: Path, labels: dict[str, bool], metrics: list[str], thresholds: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """Per metric scored on labelled rows: how its verdicts (the threshold rule, see the module docstring) and its
+    scores agree with the ``hallucinated`` labels. A statistic the rows cannot tell (one label only) is None."""
+    from ragtrace_collector.review.statistics import auroc, balanced_accuracy, cohen_kappa
+    from ragtrace_collector.scoring.metrics import METRICS
+
+    if not labels:
+        return []
+    entries = load_done(out)
+    rows = []
+    for metric in metrics:
+        higher = METRICS[metric].higher_is_better if metric in METRICS else True
+        threshold = (thresholds or {}).get(metric, 1.0 if higher else 0.0)
+        verdicts: list[tuple[bool, bool]] = []
+        ranked: list[tuple[bool, float]] = []
+        for row_id, label in labels.items():
+            result = ((entries.get(row_id) or {}).get("results") or {}).get(metric) or {}
+            score = result.get("score")
+            if result.get("status") != "scored" or not isinstance(score, (int, float)) or not math.isfinite(score):
+                continue
+            verdicts.append((label, score < threshold if higher else score > threshold))
+            ranked.append((label, -float(score) if higher else float(score)))  # higher = more likely hallucinated
+        if not verdicts:
+            continue
+        rows.append(
+            {
+                "metric": metric,
+                "labelled": len(verdicts),
+                "hallucinated": sum(1 for label, _ in verdicts if label),
+                "rule": f"hallucinated when {metric} {'<' if higher else '>'} {threshold:g}",
+                "threshold": threshold,
+                "balanced_accuracy": balanced_accuracy(verdicts),
+                "auroc": auroc(ranked),
+                "kappa": cohen_kappa(verdicts),
+            }
+        )
+    return rows
+
+
+def print_agreement(rows: list[dict[str, Any]], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="agreement with the rows' hallucinated labels")
+    for col in ("metric", "labelled", "hallucinated", *AGREEMENT_STATS):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        cells = ["-" if r[s] is None else f"{r[s]:.4f}" for s in AGREEMENT_STATS]
+        table.add_row(r["metric"], str(r["labelled"]), str(r["hallucinated"]), *cells)
+    console.print(table)
+    for r in rows:
+        console.print(f"{r['metric']}: {r['rule']} (AUROC: from the score alone)", soft_wrap=True, markup=False)
+
+
 def print_summary(rows: list[dict[str, Any]], totals: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
@@ -629,8 +765,20 @@ def run(args: argparse.Namespace) -> int:
     err.print(f"scored {counts['scored']} rows, {counts['resumed']} already done, {counts['bad']} unreadable")
     summary, totals = summarise(args.out, metrics)
     print_summary(summary, totals, Console())
+    thresholds = {k: v for pairs in getattr(args, "label_threshold", None) or [] for k, v in pairs.items()}
+    agreement = label_agreement(args.out, read_labels(args.data, args.limit), metrics, thresholds)
+    if agreement:
+        print_agreement(agreement, Console())
+    if getattr(args, "summary_json", None) is not None:
+        report = {
+            "summary": summary,
+            "totals": {**totals, "error_reasons": dict(totals["error_reasons"])},
+            "agreement": agreement,
+        }
+        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
+        args.summary_json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     status = _exit_status(summary, totals, err)
-    if gates and not check_gates(gates, summary, err):
+    if gates and not check_gates(gates, summary, err, agreement):
         return 1
     return status
 

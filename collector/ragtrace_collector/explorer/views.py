@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 from ragtrace_collector.explorer.thresholds import Thresholds
 from ragtrace_collector.model.result import claim_kind
+from ragtrace_collector.review.agreement import AgreementReport
+from ragtrace_collector.review.labels import Feedback, Review
+from ragtrace_collector.review.queue import REASONS, ReviewQueue
 from ragtrace_collector.scoring.results_store import StoredRecord, StoredResult
 
 EXPLORER_PATH = "/explorer/"  # the records list; the demo prints it first
@@ -202,8 +206,33 @@ def trace_links(record: StoredRecord, templates: dict[str, str]) -> list[dict[st
     return [{"name": name, "url": template.replace("{trace_id}", quoted)} for name, template in templates.items()]
 
 
-def detail_view(record: StoredRecord, thresholds: Thresholds, link_templates: dict[str, str]) -> dict[str, Any]:
-    """Everything the record page shows (and ``GET /api/v1/records/{trace_id}`` returns)."""
+def review_id(record: StoredRecord) -> str:
+    """The id reviews and feedback are kept by: the trace id, or the record key of a record without one."""
+    return record.trace_id or record.record_key
+
+
+def provenance_of(result: StoredResult) -> dict[str, Any]:
+    """How the score was made (judge model, metric version, prompt hash, ragtrace version), where the store kept it."""
+    return {k: v for k, v in (result.provenance or {}).items() if v not in (None, "")}
+
+
+def review_view(review: Review) -> dict[str, Any]:
+    return {**review.to_dict(), "reviewed_at_iso": iso(review.reviewed_at)}
+
+
+def feedback_view(item: Feedback) -> dict[str, Any]:
+    return {**item.to_dict(), "received_at_iso": iso(item.received_at)}
+
+
+def detail_view(
+    record: StoredRecord,
+    thresholds: Thresholds,
+    link_templates: dict[str, str],
+    reviews: Sequence[Review] = (),
+    feedback: Sequence[Feedback] = (),
+) -> dict[str, Any]:
+    """Everything the record page shows (and ``GET /api/v1/records/{trace_id}`` returns): the record, its scores
+    with their provenance, and what people said of it (reviews, end-user feedback)."""
     data = record.record
     claims = claims_of(record)
     answer = record.response or ""
@@ -226,9 +255,46 @@ def detail_view(record: StoredRecord, thresholds: Thresholds, link_templates: di
             "contexts_stored": "retrieved_contexts" in data,  # False for records stored before contexts were kept
             "claims": claims,
             "answer_segments": segments,
-            "metrics": [{**score_view(r, record.pipeline, thresholds), "details": r.details} for r in record.results],
+            "metrics": [
+                {**score_view(r, record.pipeline, thresholds), "details": r.details, "provenance": provenance_of(r)}
+                for r in record.results
+            ],
+            "reviews": [review_view(r) for r in reviews],
+            "feedback": [feedback_view(f) for f in feedback],
+            "feedback_mean": sum(f.value for f in feedback) / len(feedback) if feedback else None,
             "trace_links": trace_links(record, link_templates),
             "session_path": session_path(record.session_id) if record.session_id else None,
         }
     )
     return view
+
+
+def queue_view(queue: ReviewQueue, limit: int, reason: str | None = None) -> dict[str, Any]:
+    """The review queue of one metric: counts by reason and the first ``limit`` pending records (of ``reason``)."""
+    by_reason = {r: 0 for r in REASONS}
+    for item in queue.pending:
+        by_reason[item.reason] += 1
+    shown = [i for i in queue.pending if reason is None or i.reason == reason][:limit]
+    return {
+        "metric": queue.metric,
+        "pending": len(queue.pending),
+        "reviewed": queue.reviewed,
+        "by_reason": by_reason,
+        "items": [
+            {**item.to_dict(), "path": f"{EXPLORER_PATH}records/{urllib.parse.quote(item.trace_id, safe='')}"}
+            for item in shown
+        ],
+    }
+
+
+def agreement_view(report: AgreementReport) -> dict[str, Any]:
+    """The agreement report, rows grouped by (metric, judge) with both populations side by side."""
+    data = report.to_dict()
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in data["agreement"]:
+        group = groups.setdefault((row["metric"], row["judge"]), {"metric": row["metric"], "judge": row["judge"]})
+        group[row["population"]] = row
+    data["computed_at_iso"] = iso(report.computed_at)
+    data["since_iso"] = iso(report.since)
+    data["groups"] = list(groups.values())
+    return data

@@ -3,7 +3,9 @@
 Each scored (or failed) result becomes one OTLP log record whose event name is ``gen_ai.evaluation.result``
 and whose attributes are the GenAI semantic conventions' (``gen_ai.evaluation.name``,
 ``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.score.label``, ``gen_ai.evaluation.explanation``,
-``error.type`` when the judge failed). The record carries the scored trace's id and the span it evaluates (the
+``error.type`` when the judge failed), and what produced the score — the conventions name none, so under
+``ragtrace.``: ``ragtrace.evaluation.judge.model``, ``ragtrace.evaluation.judge.hash``,
+``ragtrace.evaluation.metric.version``, ``ragtrace.version`` and ``ragtrace.evaluation.provenance.id``. The record carries the scored trace's id and the span it evaluates (the
 request's root span, ``record.metadata["root_span_id"]``, set by the assembler), so a backend (Tempo + Loki,
 Grafana, an OTel Collector) shows the scores beside the request they judge.
 
@@ -58,6 +60,14 @@ STATUSES = ("scored", "error")  # the results it sends
 #: The event attribute naming the result it carries, ``<record key>/<metric>``: the same for every delivery of one
 #: result, so a backend (or a query) can keep one event per id when a restart sends a result again.
 EVALUATION_ID = "ragtrace.evaluation.id"
+#: A result's provenance (``scoring/provenance.py``) as event attributes: provenance key → attribute name.
+PROVENANCE_ATTRIBUTES = {
+    "judge_model": "ragtrace.evaluation.judge.model",
+    "judge_hash": "ragtrace.evaluation.judge.hash",
+    "metric_version": "ragtrace.evaluation.metric.version",
+    "ragtrace_version": "ragtrace.version",
+    "id": "ragtrace.evaluation.provenance.id",
+}
 OUTCOMES = ("sent", "failed", "shutdown")
 
 #: Told the ``(record key, metric)`` results whose events the endpoint took, from the exporting thread.
@@ -209,6 +219,10 @@ def result_attributes(result: MetricResult) -> dict[str, Any]:
         attrs[A.GEN_AI_EVALUATION_EXPLANATION] = why
     if result.status == "error":
         attrs[A.ERROR_TYPE] = "judge_error"
+    for key, name in PROVENANCE_ATTRIBUTES.items():
+        value = (result.provenance or {}).get(key)
+        if value is not None:
+            attrs[name] = str(value)
     return attrs
 
 

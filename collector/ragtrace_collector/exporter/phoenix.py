@@ -6,7 +6,8 @@ Each scored result becomes two annotations through Phoenix's REST API: one of th
     {"data": [{"span_id": "<16 hex>", "name": "faithfulness", "annotator_kind": "LLM" | "CODE",
                "result": {"score": 0.5, "label": "fail", "explanation": "Unsupported claims: ..."},
                "identifier": "ragtrace/<judge>",
-               "metadata": {"judge": ..., "pipeline": ..., "higher_is_better": ..., "trace_id": ...}}, ...]}
+               "metadata": {"judge": ..., "pipeline": ..., "higher_is_better": ..., "trace_id": ...,
+                            "provenance": {"judge_model": ..., "judge_hash": ..., "metric_version": ..., ...}}}, ...]}
 
 and one of its trace (``record.trace_id``), the same fields with ``trace_id`` for ``span_id``,
 ``POST /v1/trace_annotations``::
@@ -101,6 +102,8 @@ def annotation_data(record: RagRecord, result: MetricResult, judge: str) -> dict
     if why:
         outcome["explanation"] = why
     metadata: dict[str, Any] = {"judge": judge, "higher_is_better": result.higher_is_better}
+    if result.provenance:  # what produced the score: judge model and hash, metric and ragtrace versions
+        metadata["provenance"] = dict(result.provenance)
     if record.pipeline:
         metadata["pipeline"] = record.pipeline
     if record.trace_id:

@@ -18,7 +18,7 @@ a crash in that window loses every trace the exporters were told was delivered (
   worker skip metrics already stored for a record key.
 
 Record format, little-endian: payload length (u32), CRC-32 of kind + payload (u32), kind (u8: 0 protobuf,
-1 JSON), payload. Segment files are ``<data_dir>/journal/segment-<n>.log``.
+1 JSON trace requests; 4 protobuf, 5 JSON log requests, whose GenAI events wait in assembly like spans), payload. Segment files are ``<data_dir>/journal/segment-<n>.log``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 PROTOBUF, JSON = 0, 1
 HEARTBEAT = 2  # an empty record :meth:`Journal.probe` writes to learn whether the disk takes writes again
 _ROTATE = 3  # not a record: asks the writer to close the current segment (so truncation can delete it)
+LOGS_PROTOBUF, LOGS_JSON = 4, 5  # OTLP log requests (their GenAI events are acknowledged like spans)
 _HEADER = struct.Struct("<IIB")
 _MAX_RECORD = 256 * 1024 * 1024  # a length beyond any request: a torn or foreign header
 MARGIN = 0.5  # seconds: an acknowledged append reaches assembly well within this

@@ -66,6 +66,7 @@ class MetricResult:
     retryable: bool = False
     higher_is_better: bool = True
     label: str | None = None  # e.g. "pass"/"fail" or a safety category verdict
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status == "scored":

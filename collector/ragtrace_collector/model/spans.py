@@ -12,6 +12,10 @@ STATUS_ERROR = 2  # OTLP Status.code of a span that failed
 # Key under which the receivers keep a span event's own timestamp (unix ns) in its attributes dict: the
 # conventions read first-token times from events (peer conventions issue); no OTel attribute has this name.
 EVENT_TIME = "@time_unix_nano"
+# Name of a log-event carrier: a SpanData standing for OTLP log records (GenAI events) that belong to span
+# ``span_id`` of ``trace_id``. It waits in assembly with the trace's spans (``parent_id == span_id``: never a root)
+# and is folded into its span when the trace completes (``processor.conventions.log_events``).
+LOG_EVENTS = "@log events"
 
 
 class SpanData:
@@ -67,6 +71,11 @@ class SpanData:
         return not self.parent_id
 
     @property
+    def is_log_carrier(self) -> bool:
+        """A carrier of log events for span ``span_id`` (see :data:`LOG_EVENTS`), not a span."""
+        return self.name == LOG_EVENTS and self.span_id == self.parent_id
+
+    @property
     def duration_seconds(self) -> float | None:
         if self.start and self.end and self.end >= self.start:
             return (self.end - self.start) / 1e9
@@ -104,3 +113,18 @@ class DecodedRequest:
     def error_message(self) -> str:
         """The partial-success message: what was refused, counted by reason."""
         return "; ".join(f"{n} span(s) refused: {reason}" for reason, n in sorted(self.errors.items()))
+
+
+class DecodedLogs(DecodedRequest):
+    """Log records of one OTLP logs request: the GenAI events kept, as carriers grouped by trace id (``traces``,
+    ``accepted``), and the records dropped by reason (``dropped``: not a GenAI event, no span to join). Dropped
+    records are not refused: the client must not send them again."""
+
+    __slots__ = ("dropped",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1

@@ -1,4 +1,4 @@
-"""OTLP trace requests → the few span fields the collector keeps (the receivers' hot path).
+"""OTLP trace and log requests → the few span fields the collector keeps (the receivers' hot path).
 
 Decoding uses the upb-backed ``opentelemetry.proto`` messages. Each span is read once; only
 attributes under the prefixes the conventions need are copied into a plain dict, everything
@@ -7,6 +7,12 @@ parent id, or absurd timestamps, are refused and counted by reason (a fixed set,
 ``ragtrace_spans_rejected_total``), which the receivers report as an OTLP partial success. Every kept
 field counts in ``SpanData.nbytes``, the figure ``max_inflight_bytes`` bounds: an exporter chooses which
 field is big.
+
+Log requests (:func:`extract_log_events`) keep only GenAI events (``gen_ai.*``: the official instrumentations'
+``gen_ai.client.inference.operation.details``, the older per-message ``gen_ai.user.message`` / ``gen_ai.choice``,
+others' ``gen_ai.evaluation.result``) that name the span they belong to; each becomes a log-event carrier
+(``SpanData.is_log_carrier``) waiting in assembly beside its trace. Every other record is dropped and counted by
+reason (:data:`NOT_GENAI`, :data:`NO_SPAN`, :data:`BAD_TIME`).
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ragtrace_collector.model.spans import EVENT_TIME, DecodedRequest, SpanData
+from ragtrace_collector.model.spans import EVENT_TIME, LOG_EVENTS, DecodedLogs, DecodedRequest, SpanData
 
 # Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
 KEPT_PREFIXES: tuple[str, ...] = (
@@ -42,6 +49,7 @@ KEPT_PREFIXES: tuple[str, ...] = (
     "db.",
     "exception.",
     "error.",
+    "langfuse.",
 )
 # Events worth keeping: exceptions, the content events of OpenLIT / GenAI conventions (OpenLLMetry's stream
 # chunks among them) and OpenInference's first-token event; each keeps its timestamp under EVENT_TIME.
@@ -85,8 +93,16 @@ _PARSE_ERRORS = (
 )
 
 
+# Why a log record was dropped (the bounded ``outcome`` label of ragtrace_log_records_total).
+NOT_GENAI = "not_genai"  # not a GenAI event: application logs, other events
+NO_SPAN = "no_span"  # a GenAI event without a valid trace and span id: nothing to join it to
+BAD_TIME = "bad_time"  # a timestamp beyond the clock horizon (same rule as spans)
+GENAI_EVENT_PREFIX = "gen_ai."
+EVENT_NAME_ATTRIBUTE = "event.name"  # where SDKs before the LogRecord ``event_name`` field put it
+
+
 class MalformedRequest(ValueError):
-    """The request body is not a valid OTLP ExportTraceServiceRequest."""
+    """The request body is not a valid OTLP ExportTraceServiceRequest (or ExportLogsServiceRequest)."""
 
     @classmethod
     def because(cls, what: str, exc: BaseException) -> MalformedRequest:
@@ -312,4 +328,99 @@ def parse_json(body: bytes) -> ExportTraceServiceRequest:
         json_format.ParseDict(data, request, ignore_unknown_fields=True)
     except _PARSE_ERRORS as exc:
         raise MalformedRequest.because("not an OTLP/JSON ExportTraceServiceRequest", exc) from exc
+    return request
+
+
+def _event_name(record: Any) -> str:
+    """A log record's event name: the ``event_name`` field, else the ``event.name`` attribute older SDKs write."""
+    if record.event_name:
+        return str(record.event_name)
+    for kv in record.attributes:
+        if kv.key == EVENT_NAME_ATTRIBUTE:
+            return str(kv.value.string_value)
+    return ""
+
+
+def extract_log_events(request: ExportLogsServiceRequest) -> DecodedLogs:
+    """Keep the GenAI events of a logs request as carriers for their spans; count the rest by reason.
+
+    An event's attributes are kept whole (a GenAI event holds only what the conventions read); a map body (the
+    older per-message events put ``content`` / ``message`` there) is merged into them. Its time is the record's
+    time, else its observed time (``EVENT_TIME``)."""
+    out = DecodedLogs()
+    horizon = time.time_ns() + MAX_FUTURE_SECONDS * 10**9
+    for rl in request.resource_logs:
+        service = None
+        for kv in rl.resource.attributes:
+            if kv.key == "service.name":
+                service = kv.value.string_value or None
+                break
+        for sl in rl.scope_logs:
+            for record in sl.log_records:
+                name = _event_name(record)
+                if not name.startswith(GENAI_EVENT_PREFIX):
+                    out.drop(NOT_GENAI)
+                    continue
+                tid, sid = record.trace_id, record.span_id
+                if len(tid) != 16 or tid == _ZERO_TRACE or len(sid) != 8 or sid == _ZERO_SPAN:
+                    out.drop(NO_SPAN)
+                    continue
+                at = record.time_unix_nano or record.observed_time_unix_nano
+                if at > horizon:
+                    out.drop(BAD_TIME)
+                    continue
+                attrs: dict[str, Any] = {kv.key: any_value(kv.value) for kv in record.attributes}
+                attrs.pop(EVENT_NAME_ATTRIBUTE, None)
+                if record.HasField("body"):
+                    body = any_value(record.body)
+                    if isinstance(body, dict):
+                        for key, value in body.items():
+                            attrs.setdefault(key, value)
+                    elif body is not None and body != "":
+                        attrs.setdefault("body", body)
+                attrs[EVENT_TIME] = at
+                nbytes = _SPAN_OVERHEAD + _EVENT_OVERHEAD + _text_bytes(name) + _value_bytes(attrs)
+                trace_hex, span_hex = tid.hex(), sid.hex()
+                carrier = SpanData(
+                    trace_hex,
+                    span_hex,
+                    span_hex,
+                    LOG_EVENTS,
+                    at,
+                    at,
+                    events=[(name, attrs)],
+                    service=service,
+                    nbytes=nbytes,
+                )
+                out.traces.setdefault(trace_hex, []).append(carrier)
+                out.accepted += 1
+    return out
+
+
+def parse_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
+    """Decode an OTLP/protobuf logs body; :class:`MalformedRequest` when it is not one."""
+    request = ExportLogsServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("not an OTLP ExportLogsServiceRequest", exc) from exc
+    return request
+
+
+def parse_logs_json(body: bytes) -> ExportLogsServiceRequest:
+    """Decode an OTLP/JSON logs body (hex trace/span ids, as the OTLP spec requires)."""
+    try:
+        data = json.loads(body)
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("invalid JSON", exc) from exc
+    if not isinstance(data, dict):
+        raise MalformedRequest("OTLP/JSON body must be an object with resourceLogs")
+    try:
+        for rl in data.get("resourceLogs") or data.get("resource_logs") or []:
+            for sl in rl.get("scopeLogs") or rl.get("scope_logs") or []:
+                _fix_ids(sl.get("logRecords") or sl.get("log_records") or [])
+        request = ExportLogsServiceRequest()
+        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except _PARSE_ERRORS as exc:
+        raise MalformedRequest.because("not an OTLP/JSON ExportLogsServiceRequest", exc) from exc
     return request

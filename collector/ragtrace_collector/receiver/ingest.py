@@ -15,6 +15,11 @@ a per-request slot an attacker could sit on.
 A request that was ingested can be handed on unchanged (``forward``, wired by the service to the forwarding
 exporter): its decoded body and content type, only after the spans reached the sink, so a request answered with
 an error (and retried by its client) is never forwarded twice. The callback must only enqueue.
+
+Log requests (``/v1/logs``, gRPC ``LogsService/Export``) go through the same admission, credentials, limits and
+journal as trace requests (:class:`Signal` says what differs); their GenAI events reach the same sink as carriers
+for their spans (:meth:`Ingestor.ingest_logs`), the other records are counted and dropped. They are not forwarded
+(the forwarding exporter sends traces).
 """
 
 from __future__ import annotations
@@ -24,15 +29,26 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.internal.credentials import CredentialGuard, Outcome, Scope
 from ragtrace_collector.internal.journal import JSON as JOURNAL_JSON
+from ragtrace_collector.internal.journal import LOGS_JSON as JOURNAL_LOGS_JSON
+from ragtrace_collector.internal.journal import LOGS_PROTOBUF as JOURNAL_LOGS_PROTOBUF
 from ragtrace_collector.internal.journal import PROTOBUF as JOURNAL_PROTOBUF
 from ragtrace_collector.internal.journal import Journal, JournalError
-from ragtrace_collector.model.spans import DecodedRequest
-from ragtrace_collector.receiver.decode import extract_spans
+from ragtrace_collector.model.spans import DecodedLogs, DecodedRequest
+from ragtrace_collector.receiver.decode import (
+    MalformedRequest,
+    extract_log_events,
+    extract_spans,
+    parse_json,
+    parse_logs_json,
+    parse_logs_protobuf,
+    parse_protobuf,
+)
 
 # Request outcomes (label ``status`` of ragtrace_otlp_requests_total)
 OK = "ok"
@@ -58,6 +74,40 @@ JSON = "application/json"
 Forward = Callable[[bytes, str, Any], object]
 
 _LIMITS = LimitsConfig()  # the defaults are the config's (``limits`` section), written once there
+
+
+@dataclass(frozen=True)
+class Signal:
+    """What differs between the OTLP signals the receivers take (traces, logs): how a body decodes, how it is
+    journaled, and the suffix of its ``transport`` label (``http``, ``http_logs``)."""
+
+    name: str
+    parse_protobuf: Callable[[bytes], Any]
+    parse_json: Callable[[bytes], Any]
+    journal_protobuf: int
+    journal_json: int
+    label_suffix: str
+
+    def parse(self, body: bytes, content_type: str) -> Any:
+        """The decoded request; :class:`MalformedRequest` when the body is not one."""
+        return self.parse_json(body) if content_type == JSON else self.parse_protobuf(body)
+
+    def transport(self, base: str) -> str:
+        return base + self.label_suffix
+
+
+TRACES = Signal("traces", parse_protobuf, parse_json, JOURNAL_PROTOBUF, JOURNAL_JSON, "")
+LOGS = Signal("logs", parse_logs_protobuf, parse_logs_json, JOURNAL_LOGS_PROTOBUF, JOURNAL_LOGS_JSON, "_logs")
+
+
+def decode_journaled(kind: int, payload: bytes) -> DecodedRequest:
+    """What a journaled request holds (spans, or log-event carriers), decoded as when it was received: replay
+    on start ingests it again. :class:`MalformedRequest` for a record no receiver wrote (a foreign file)."""
+    if kind in (JOURNAL_LOGS_PROTOBUF, JOURNAL_LOGS_JSON):
+        return extract_log_events(LOGS.parse(payload, JSON if kind == JOURNAL_LOGS_JSON else PROTOBUF))
+    if kind in (JOURNAL_PROTOBUF, JOURNAL_JSON):
+        return extract_spans(TRACES.parse(payload, JSON if kind == JOURNAL_JSON else PROTOBUF))
+    raise MalformedRequest(f"unknown journal record kind {kind}")
 
 
 class Ingestor:
@@ -176,13 +226,13 @@ class Ingestor:
         if self.metrics is not None:
             self.metrics.request(transport, status)
 
-    async def journaled(self, body: bytes, content_type: str) -> bool:
+    async def journaled(self, body: bytes, content_type: str, signal: Signal = TRACES) -> bool:
         """Make a request durable before it is acknowledged (see :mod:`ragtrace_collector.internal.journal`);
         False when it cannot be (the receiver answers 503 and the client retries). Always True without one."""
         if self.journal is None:
             return True
         try:
-            await self.journal.append(JOURNAL_JSON if content_type == JSON else JOURNAL_PROTOBUF, body)
+            await self.journal.append(signal.journal_json if content_type == JSON else signal.journal_protobuf, body)
         except JournalError as exc:
             now = time.monotonic()
             if now - self._journal_complained >= 60.0:  # one line a minute while it lasts
@@ -208,4 +258,15 @@ class Ingestor:
         if self.metrics is not None:
             self.metrics.spans(transport, decoded.accepted, decoded.errors)
             self.metrics.request(transport, PARTIAL if decoded.rejected else OK)
+        return decoded
+
+    def ingest_logs(self, request: Any, transport: str) -> DecodedLogs:
+        """Hand the GenAI events of a decoded ExportLogsServiceRequest to the sink (as carriers for their spans);
+        the other records are counted by reason and dropped. Nothing is refused: a dropped record is not retried."""
+        decoded = extract_log_events(request)
+        if decoded.traces:
+            self.sink(decoded)
+        if self.metrics is not None:
+            self.metrics.log_records(decoded.accepted, decoded.dropped)
+            self.metrics.request(transport, OK)
         return decoded

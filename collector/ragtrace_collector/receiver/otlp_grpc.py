@@ -1,4 +1,9 @@
-"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` on ``grpc.aio``.
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` and
+``opentelemetry.proto.collector.logs.v1.LogsService/Export`` on ``grpc.aio``.
+
+Both services run the same handler (:class:`ExportService`), told apart by their
+:class:`~ragtrace_collector.receiver.ingest.Signal`; log calls are counted under transport ``grpc_logs``, their
+GenAI events kept for their spans and every other record counted and dropped.
 
 Same rules as the HTTP receiver: bearer token in the ``authorization`` metadata (else
 ``UNAUTHENTICATED``), the size limit (``RESOURCE_EXHAUSTED`` above it), ``RESOURCE_EXHAUSTED`` when
@@ -20,20 +25,19 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ragtrace_collector.internal.credentials import VIA_OTLP_GRPC, Outcome, Scope
 from ragtrace_collector.receiver import ingest as outcomes
-from ragtrace_collector.receiver.decode import MalformedRequest, parse_protobuf
-from ragtrace_collector.receiver.ingest import PROTOBUF, Ingestor
+from ragtrace_collector.receiver.decode import MalformedRequest
+from ragtrace_collector.receiver.ingest import LOGS, PROTOBUF, TRACES, Ingestor, Signal
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 TRANSPORT = "grpc"
 
 
@@ -49,12 +53,14 @@ def peer_address(peer: str | None) -> str | None:
     return peer
 
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    """The OTLP trace service: ``ExportBytes`` is the registered ``Export`` (wire bytes in, see the module
-    docstring); there is no second path that could skip the credential check, admission or the journal."""
+class ExportService:
+    """One OTLP export service (traces or logs): ``ExportBytes`` is the registered ``Export`` (wire bytes in, see
+    the module docstring); there is no second path that could skip the credential check, admission or the journal."""
 
-    def __init__(self, ingestor: Ingestor) -> None:
+    def __init__(self, ingestor: Ingestor, signal: Signal = TRACES) -> None:
         self.ingestor = ingestor
+        self.signal = signal
+        self.transport = signal.transport(TRANSPORT)
 
     async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
@@ -70,27 +76,30 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         if outcome is Outcome.OK:
             return
         if outcome is Outcome.RATE_LIMITED:
-            ing.count(TRANSPORT, outcomes.RATE_LIMITED)
+            ing.count(self.transport, outcomes.RATE_LIMITED)
             wait = ing.guard.retry_after(address) or 1
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many wrong credentials from this address: retry in {wait} s"
             )
         if outcome is Outcome.FORBIDDEN:
-            ing.count(TRANSPORT, outcomes.FORBIDDEN)
+            ing.count(self.transport, outcomes.FORBIDDEN)
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED, "this token may not send spans (not an ingest token)"
             )
-        ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
+        ing.count(self.transport, outcomes.UNAUTHENTICATED)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
     async def _admit(self, context: grpc.aio.ServicerContext) -> None:
         ing = self.ingestor
         if not ing.admit():
-            ing.count(TRANSPORT, outcomes.OVERLOADED)
+            ing.count(self.transport, outcomes.OVERLOADED)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "collector saturated, retry later")
 
-    def _respond(self, request: ExportTraceServiceRequest, body: bytes | None = None) -> ExportTraceServiceResponse:
-        decoded = self.ingestor.ingest(request, TRANSPORT, body)
+    def _respond(self, request: Message, body: bytes) -> Message:
+        if self.signal is LOGS:
+            self.ingestor.ingest_logs(request, self.transport)
+            return ExportLogsServiceResponse()
+        decoded = self.ingestor.ingest(request, self.transport, body)
         response = ExportTraceServiceResponse()
         if decoded.rejected:
             response.partial_success.rejected_spans = decoded.rejected
@@ -105,46 +114,47 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         try:
             body = await asyncio.wait_for(context.read(), deadline)
         except asyncio.TimeoutError:
-            ing.count(TRANSPORT, outcomes.TIMEOUT)
+            ing.count(self.transport, outcomes.TIMEOUT)
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received in {deadline:g} s")
         except asyncio.CancelledError:  # the client went away (or its deadline passed) mid-message
-            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            ing.count(self.transport, outcomes.TRUNCATED)
             raise
         if not isinstance(body, bytes):  # EOF: grpc-core refused the message (over its limit), or none was sent
-            ing.count(TRANSPORT, outcomes.TOO_LARGE)
+            ing.count(self.transport, outcomes.TOO_LARGE)
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"request message missing or over {ing.max_request_bytes} bytes"
             )
         await self._admit(context)
         try:
             if len(body) > ing.max_request_bytes:
-                ing.count(TRANSPORT, outcomes.TOO_LARGE)
+                ing.count(self.transport, outcomes.TOO_LARGE)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "request exceeds the size limit")
             try:
-                request = parse_protobuf(body)
+                request = self.signal.parse_protobuf(body)
             except MalformedRequest as exc:
-                ing.count(TRANSPORT, outcomes.MALFORMED)
+                ing.count(self.transport, outcomes.MALFORMED)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            if not await ing.journaled(body, PROTOBUF):  # durable before the reply, or no success
-                ing.count(TRANSPORT, outcomes.UNJOURNALED)
+            if not await ing.journaled(body, PROTOBUF, self.signal):  # durable before the reply, or no success
+                ing.count(self.transport, outcomes.UNJOURNALED)
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "collector cannot store the request durably")
             try:
                 response = self._respond(request, body)
             except Exception:
-                log.exception("failed to ingest an OTLP/gRPC request")
-                ing.count(TRANSPORT, outcomes.INTERNAL)
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error while ingesting spans")
+                log.exception("failed to ingest an OTLP/gRPC %s request", self.signal.name)
+                ing.count(self.transport, outcomes.INTERNAL)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error while ingesting {self.signal.name}")
             return response.SerializeToString()
         finally:
             ing.done()
 
 
 class OtlpGrpcReceiver:
-    """A ``grpc.aio`` server carrying :class:`TraceService`; ``start(host, port)`` returns the bound port."""
+    """A ``grpc.aio`` server carrying the trace and logs services; ``start(host, port)`` returns the bound port."""
 
     def __init__(self, ingestor: Ingestor) -> None:
         self.ingestor = ingestor
-        self.service = TraceService(ingestor)
+        self.service = ExportService(ingestor, TRACES)
+        self.logs = ExportService(ingestor, LOGS)
         self.server: grpc.aio.Server | None = None
         self.port: int | None = None
 
@@ -161,7 +171,11 @@ class OtlpGrpcReceiver:
             SERVICE,
             {"Export": grpc.stream_unary_rpc_method_handler(self.service.ExportBytes)},
         )
-        self.server.add_generic_rpc_handlers((handler,))
+        logs = grpc.method_handlers_generic_handler(
+            LOGS_SERVICE,
+            {"Export": grpc.stream_unary_rpc_method_handler(self.logs.ExportBytes)},
+        )
+        self.server.add_generic_rpc_handlers((handler, logs))
         try:
             bound = self.server.add_insecure_port(f"{host}:{port}")
         except RuntimeError:  # grpc's "Failed to bind" (address in use, no such address)

@@ -1,7 +1,11 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` (protobuf or JSON, optionally gzip), ``/healthz``, ``/readyz``.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (protobuf or JSON, optionally gzip), ``/healthz``,
+``/readyz``.
 
-Replies follow the OTLP/HTTP spec: 200 with an ``ExportTraceServiceResponse`` in the request's encoding
-(with ``partial_success`` when spans were refused); 400 for bodies that do not decode; 401 without the
+Both paths run the same code (credentials, limits, admission, the journal, counting), told apart by their
+:class:`~ragtrace_collector.receiver.ingest.Signal`; log requests are counted under transport ``http_logs``.
+Replies follow the OTLP/HTTP spec: 200 with an ``ExportTraceServiceResponse`` (``ExportLogsServiceResponse``) in
+the request's encoding (with ``partial_success`` when spans were refused; log records are never refused, those
+that are no GenAI event are dropped and counted); 400 for bodies that do not decode; 401 without the
 configured bearer token (403 for a token that may not ingest, 429 + ``Retry-After`` from an address that sent
 too many wrong ones); 408 for a body that arrives too slowly; 413 above the size limit; 415 for other
 content types; 503 with ``Retry-After`` when saturated. Error bodies are ``google.rpc.Status`` in the
@@ -22,18 +26,21 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from google.rpc import status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ragtrace_collector.internal.credentials import VIA_OTLP_HTTP, Outcome
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.receiver import ingest as outcomes
-from ragtrace_collector.receiver.decode import MalformedRequest, parse_json, parse_protobuf
-from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.decode import MalformedRequest
+from ragtrace_collector.receiver.ingest import LOGS, TRACES, Ingestor, Signal
 
 log = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
+LOGS_PATH = "/v1/logs"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 TRANSPORT = "http"
@@ -130,28 +137,32 @@ def _reply(content_type: str, http_status: int, code: int, message: str, headers
     )
 
 
-def _refuse_credential(ing: Ingestor, request: web.Request, reply_type: str) -> web.Response | None:
+def _refuse_credential(ing: Ingestor, request: web.Request, reply_type: str, transport: str) -> web.Response | None:
     """The reply refusing a request's credential (401, 403, or 429 for an address past its limit), or None."""
     outcome = ing.authorize(request.headers.get("Authorization"), request.remote, VIA_OTLP_HTTP)
     if outcome is Outcome.OK:
         return None
     if outcome is Outcome.RATE_LIMITED:
-        ing.count(TRANSPORT, outcomes.RATE_LIMITED)
+        ing.count(transport, outcomes.RATE_LIMITED)
         wait = ing.guard.retry_after(request.remote) or 1
         message = f"too many wrong credentials from this address: retry in {wait} s"
         return _reply(reply_type, 429, _RESOURCE_EXHAUSTED, message, {"Retry-After": str(wait)})
     if outcome is Outcome.FORBIDDEN:
-        ing.count(TRANSPORT, outcomes.FORBIDDEN)
+        ing.count(transport, outcomes.FORBIDDEN)
         return _reply(reply_type, 403, _PERMISSION_DENIED, "this token may not send spans (not an ingest token)")
-    ing.count(TRANSPORT, outcomes.UNAUTHENTICATED)
+    ing.count(transport, outcomes.UNAUTHENTICATED)
     return _reply(reply_type, 401, _UNAUTHENTICATED, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
 
 
-def _success(content_type: str, decoded: DecodedRequest) -> web.Response:
-    response = ExportTraceServiceResponse()
-    if decoded.rejected:
-        response.partial_success.rejected_spans = decoded.rejected
-        response.partial_success.error_message = decoded.error_message
+def _success(content_type: str, decoded: DecodedRequest, signal: Signal) -> web.Response:
+    response: Message
+    if signal is LOGS:
+        response = ExportLogsServiceResponse()
+    else:
+        response = ExportTraceServiceResponse()
+        if decoded.rejected:
+            response.partial_success.rejected_spans = decoded.rejected
+            response.partial_success.error_message = decoded.error_message
     if content_type == JSON:
         body = json_format.MessageToJson(response, indent=None).encode()
     else:
@@ -170,6 +181,7 @@ class OtlpHttpReceiver:
         # (bodies are read by _Body); middlewares: the service's host check (ragtrace_collector.internal.hosts)
         self.app = web.Application(client_max_size=ingestor.max_request_bytes, middlewares=list(middlewares))
         self.app.router.add_post(TRACES_PATH, self.handle_traces)
+        self.app.router.add_post(LOGS_PATH, self.handle_logs)
         self.app.router.add_get("/healthz", self.handle_health)
         self.app.router.add_get("/readyz", self.handle_ready)
         self._runner: web.AppRunner | None = None
@@ -207,32 +219,40 @@ class OtlpHttpReceiver:
         return web.Response(status=503, text="not ready\n")
 
     async def handle_traces(self, request: web.Request) -> web.Response:
+        return await self._handle(request, TRACES)
+
+    async def handle_logs(self, request: web.Request) -> web.Response:
+        """``/v1/logs``: exactly the trace path's rules; GenAI events kept for their spans, the rest counted."""
+        return await self._handle(request, LOGS)
+
+    async def _handle(self, request: web.Request, signal: Signal) -> web.Response:
         ing = self.ingestor
+        transport = signal.transport(TRANSPORT)
         content_type = request.content_type
         reply_type = JSON if content_type == JSON else PROTOBUF
-        refused = _refuse_credential(ing, request, reply_type)
+        refused = _refuse_credential(ing, request, reply_type, transport)
         if refused is not None:
             return refused
         if content_type not in (PROTOBUF, JSON):
-            ing.count(TRANSPORT, outcomes.UNSUPPORTED)
+            ing.count(transport, outcomes.UNSUPPORTED)
             return _reply(PROTOBUF, 415, _INVALID_ARGUMENT, f"unsupported content type {content_type!r}")
         length = request.content_length
         if length is not None and length > ing.max_request_bytes:
-            ing.count(TRANSPORT, outcomes.TOO_LARGE)
+            ing.count(transport, outcomes.TOO_LARGE)
             return _reply(
                 reply_type, 413, _RESOURCE_EXHAUSTED, f"request of {length} bytes exceeds {ing.max_request_bytes}"
             )
         if ing.saturated():  # refuse before reading: no body is buffered only to be dropped
-            return self._overloaded(reply_type)
+            return self._overloaded(reply_type, transport)
         body = _Body(ing)
         try:
-            return await self._receive(request, reply_type, body)
+            return await self._receive(request, reply_type, body, signal)
         finally:
             body.release()
 
-    def _overloaded(self, reply_type: str) -> web.Response:
+    def _overloaded(self, reply_type: str, transport: str) -> web.Response:
         ing = self.ingestor
-        ing.count(TRANSPORT, outcomes.OVERLOADED)
+        ing.count(transport, outcomes.OVERLOADED)
         return _reply(
             reply_type,
             503,
@@ -241,12 +261,13 @@ class OtlpHttpReceiver:
             {"Retry-After": str(ing.retry_after_seconds)},
         )
 
-    async def _receive(self, request: web.Request, reply_type: str, received: _Body) -> web.Response:
+    async def _receive(self, request: web.Request, reply_type: str, received: _Body, signal: Signal) -> web.Response:
         ing = self.ingestor
+        transport = signal.transport(TRANSPORT)
         try:
             body = await received.read(request)
         except _TooSlow:
-            ing.count(TRANSPORT, outcomes.TIMEOUT)
+            ing.count(transport, outcomes.TIMEOUT)
             response = _reply(
                 reply_type,
                 408,
@@ -256,34 +277,35 @@ class OtlpHttpReceiver:
             response.force_close()  # the rest of a slow body is not worth waiting for
             return response
         except _TooLarge:
-            ing.count(TRANSPORT, outcomes.TOO_LARGE)
+            ing.count(transport, outcomes.TOO_LARGE)
             return _reply(reply_type, 413, _RESOURCE_EXHAUSTED, f"request exceeds {ing.max_request_bytes} bytes")
         except _NoRoom:
-            return self._overloaded(reply_type)
+            return self._overloaded(reply_type, transport)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError) as exc:
-            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            ing.count(transport, outcomes.TRUNCATED)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return _reply(reply_type, 400, _INVALID_ARGUMENT, f"request body incomplete: {exc}")
         except Exception as exc:  # aiohttp payload errors: broken chunking, short body
-            ing.count(TRANSPORT, outcomes.TRUNCATED)
+            ing.count(transport, outcomes.TRUNCATED)
             return _reply(reply_type, 400, _INVALID_ARGUMENT, f"unreadable request body: {exc}")
         if not ing.admit():  # only a whole body takes a slot: a slow client never holds one
-            return self._overloaded(reply_type)
+            return self._overloaded(reply_type, transport)
         try:
-            return await self._decode(request, reply_type, body)
+            return await self._decode(request, reply_type, body, signal)
         finally:
             ing.done()
 
-    async def _decode(self, request: web.Request, reply_type: str, body: bytes) -> web.Response:
+    async def _decode(self, request: web.Request, reply_type: str, body: bytes, signal: Signal) -> web.Response:
         ing = self.ingestor
+        transport = signal.transport(TRANSPORT)
         content_type = request.content_type
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding in ("gzip", "x-gzip", "deflate"):
             try:
                 body = _decompress(body, encoding, ing.max_request_bytes)
             except _TooLarge:
-                ing.count(TRANSPORT, outcomes.TOO_LARGE)
+                ing.count(transport, outcomes.TOO_LARGE)
                 return _reply(
                     reply_type,
                     413,
@@ -291,18 +313,18 @@ class OtlpHttpReceiver:
                     f"decompressed request exceeds {ing.max_request_bytes} bytes",
                 )
             except zlib.error as exc:
-                ing.count(TRANSPORT, outcomes.MALFORMED)
+                ing.count(transport, outcomes.MALFORMED)
                 return _reply(reply_type, 400, _INVALID_ARGUMENT, f"invalid {encoding} body: {exc}")
         elif encoding not in ("identity", ""):
-            ing.count(TRANSPORT, outcomes.UNSUPPORTED)
+            ing.count(transport, outcomes.UNSUPPORTED)
             return _reply(reply_type, 415, _INVALID_ARGUMENT, f"unsupported content encoding {encoding!r}")
         try:
-            message = parse_json(body) if content_type == JSON else parse_protobuf(body)
+            message = signal.parse(body, content_type)
         except MalformedRequest as exc:
-            ing.count(TRANSPORT, outcomes.MALFORMED)
+            ing.count(transport, outcomes.MALFORMED)
             return _reply(reply_type, 400, _INVALID_ARGUMENT, str(exc))
-        if not await ing.journaled(body, content_type):  # durable before the 200, or no 200
-            ing.count(TRANSPORT, outcomes.UNJOURNALED)
+        if not await ing.journaled(body, content_type, signal):  # durable before the 200, or no 200
+            ing.count(transport, outcomes.UNJOURNALED)
             return _reply(
                 reply_type,
                 503,
@@ -311,9 +333,12 @@ class OtlpHttpReceiver:
                 {"Retry-After": str(ing.retry_after_seconds)},
             )
         try:
-            decoded = ing.ingest(message, TRANSPORT, body, content_type)
+            if signal is LOGS:
+                decoded: DecodedRequest = ing.ingest_logs(message, transport)
+            else:
+                decoded = ing.ingest(message, transport, body, content_type)
         except Exception:
-            log.exception("failed to ingest an OTLP/HTTP request")
-            ing.count(TRANSPORT, outcomes.INTERNAL)
-            return _reply(reply_type, 500, _INTERNAL, "internal error while ingesting spans")
-        return _success(reply_type, decoded)
+            log.exception("failed to ingest an OTLP/HTTP %s request", signal.name)
+            ing.count(transport, outcomes.INTERNAL)
+            return _reply(reply_type, 500, _INTERNAL, f"internal error while ingesting {signal.name}")
+        return _success(reply_type, decoded, signal)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 MAX_COMMENT_CHARS = 4000
 MAX_NAME_CHARS = 64
@@ -178,6 +178,10 @@ def review_from_json(trace_id: str, data: Any, reviewer_default: str | None = No
     )
 
 
+# the metric seeds' claim verdicts, accepted for the reviewers' words
+_SEED_VERDICTS = {"yes": "supported", "no": "contradicted", "idk": "not_found"}
+
+
 def _claims_from_json(claims: Any) -> tuple[ClaimVerdict, ...]:
     if claims is None:
         return ()
@@ -189,10 +193,11 @@ def _claims_from_json(claims: Any) -> tuple[ClaimVerdict, ...]:
     for i, c in enumerate(claims):
         if not isinstance(c, dict) or not isinstance(c.get("statement"), str):
             raise BadLabel(f"claims[{i}] must be an object with a statement (string) and a verdict")
-        verdict = {"yes": "supported", "no": "contradicted", "idk": "not_found"}.get(c.get("verdict"), c.get("verdict"))
+        given = c.get("verdict")
+        verdict = _SEED_VERDICTS.get(given, given) if isinstance(given, str) else None
         if verdict not in CLAIM_LABELS:
             raise BadLabel(f"claims[{i}].verdict must be one of {', '.join(CLAIM_LABELS)} (or yes / no / idk)")
-        out.append(ClaimVerdict(str(cut(c["statement"], MAX_STATEMENT_CHARS)), verdict))
+        out.append(ClaimVerdict(str(cut(c["statement"], MAX_STATEMENT_CHARS)), cast(ClaimLabel, verdict)))
     return tuple(out)
 
 
@@ -316,7 +321,8 @@ class LabelStore:
 
     def reviews(self, metric: str | None = None, since: float | None = None) -> list[Review]:
         """Every review (of ``metric``, since ``since`` where given), oldest first."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if metric is not None:
             clauses.append("metric = ?")
             params.append(metric)

@@ -17,6 +17,7 @@ from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.scoring.metrics import METRICS, ScoringContext
 from ragtrace_collector.scoring.options import ScoringOptions
+from ragtrace_collector.scoring.provenance import provenance
 
 __all__ = ["ScoringOptions", "evaluate_record", "unknown_metrics"]
 
@@ -30,7 +31,8 @@ async def evaluate_record(
     record: RagRecord, metrics: Sequence[str], judge: Judge, options: ScoringOptions | None = None
 ) -> list[MetricResult]:
     """One :class:`MetricResult` per requested metric, in order. Never raises for a metric's
-    failure: unknown names, missing inputs, unsupported decisions and judge errors are results."""
+    failure: unknown names, missing inputs, unsupported decisions and judge errors are results. Each carries its
+    provenance (the judge's identity, the metric's version, ragtrace's)."""
     ctx = ScoringContext(record, judge, options)
     names = list(dict.fromkeys(metrics))
 
@@ -46,5 +48,7 @@ async def evaluate_record(
         results = await asyncio.gather(*(one(n) for n in names))
     finally:
         ctx.cancel_pending()  # only does anything when we were cancelled mid-way
+    for result in results:
+        result.provenance = provenance(judge, result.metric)
     by_name = dict(zip(names, results))
     return [by_name[n] for n in metrics]

@@ -20,12 +20,18 @@ Contract for implementations:
 * Calls, tokens and cost are reported with :func:`record_usage`, which adds them to every
   :func:`usage_scope` open in the current context; the engine opens one per metric.
 * Returned lists are aligned with their inputs (one verdict per claim, one flag per chunk).
+* :meth:`Judge.identity` names what decides the verdicts — the model, and a sha256 that changes whenever the
+  verdicts could (an LLM judge's prompt templates and model name, the local judge's model files). Every stored
+  score carries it (its provenance), so scores of two judge versions are never mistaken for one another. A judge
+  that wraps another returns the inner judge's identity; one with neither prompts nor model files (a test double)
+  keeps the base's, which hashes its class and name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -216,6 +222,25 @@ class TaskVerdict:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class JudgeIdentity:
+    """What decides a judge's verdicts: ``model`` (a litellm model name, ``local/cascade``...) and ``hash``, the
+    sha256 (hex) of everything else that decides them (prompt templates, model files)."""
+
+    model: str
+    hash: str
+
+
+def sha256_hex(*parts: str | bytes) -> str:
+    """The sha256 of ``parts``, each length-prefixed so that no two different lists hash alike."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
 class Judge:
     """Base class: every decision unsupported until an implementation overrides it.
 
@@ -223,6 +248,11 @@ class Judge:
     """
 
     name: str = "judge"
+
+    def identity(self) -> JudgeIdentity:
+        """What decides this judge's verdicts (see the module docstring); implementations override it."""
+        cls = type(self)
+        return JudgeIdentity(model=self.name, hash=sha256_hex(f"{cls.__module__}.{cls.__qualname__}", self.name))
 
     def _unsupported(self, what: str) -> JudgeUnsupported:
         return JudgeUnsupported(f"judge '{self.name}' cannot decide {what}")

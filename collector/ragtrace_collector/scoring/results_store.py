@@ -16,6 +16,11 @@ a record without the trace backend. ``PRAGMA user_version`` is the schema versio
 before the ``records`` table existed is migrated when opened (a records row per stored record, from
 what its results rows hold).
 
+Every result carries its provenance (schema version 4: the judge's model and hash, the metric's version, the
+ragtrace version; see :mod:`ragtrace_collector.scoring.provenance`). ``rescore`` puts stored records back through
+a judge: a metric a record lacks is added to ``results``, one it has goes to ``rescored``, keyed by the provenance
+id beside the original, so the first score is never overwritten and judges can be compared on the same records.
+
 Retention (:meth:`ResultsStore.enforce_retention`) deletes whole records, oldest first, past a maximum
 age and past a maximum size; the service runs it periodically.
 """
@@ -100,7 +105,34 @@ CREATE TABLE IF NOT EXISTS exported (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS exported_at ON exported (exported_at);
 """
-SCHEMA_VERSION = 3
+# Version 4: each result's provenance (what produced it), and the scores ``rescore`` made of metrics a record already
+# had: one row per (record, metric, provenance id), beside the original result, never instead of it.
+_ADD_PROVENANCE = "ALTER TABLE results ADD COLUMN provenance TEXT NOT NULL DEFAULT '{}'"
+_SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS rescored (
+    record_key       TEXT NOT NULL,
+    metric           TEXT NOT NULL,
+    provenance_id    TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    score            REAL,
+    label            TEXT,
+    reason           TEXT,
+    higher_is_better INTEGER NOT NULL DEFAULT 1,
+    details          TEXT NOT NULL DEFAULT '{}',
+    trace_id         TEXT,
+    pipeline         TEXT,
+    service          TEXT,
+    judge            TEXT,
+    user_input       TEXT,
+    response         TEXT,
+    sampling_weight  REAL NOT NULL DEFAULT 1.0,
+    scored_at        REAL NOT NULL,
+    provenance       TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (record_key, metric, provenance_id)
+);
+CREATE INDEX IF NOT EXISTS rescored_trace_id ON rescored (trace_id);
+"""
+SCHEMA_VERSION = 4
 
 _RECORD_COLUMNS = (
     "record_key",
@@ -144,6 +176,7 @@ _COLUMNS = (
     "response",
     "sampling_weight",
     "scored_at",
+    "provenance",
 )
 
 
@@ -181,6 +214,7 @@ class StoredResult:
     response: str | None = None
     sampling_weight: float = 1.0
     scored_at: float = 0.0
+    provenance: dict[str, Any] = field(default_factory=dict)  # what produced it ({} for rows stored before v4)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _COLUMNS}
@@ -345,6 +379,12 @@ class ResultsStore:
             if version < 3:
                 for statement in _statements(_SCHEMA_V3):
                     self._db.execute(statement)
+            if version < 4:
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
+                if "provenance" not in columns:
+                    self._db.execute(_ADD_PROVENANCE)
+                for statement in _statements(_SCHEMA_V4):
+                    self._db.execute(statement)
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("COMMIT")
@@ -382,6 +422,7 @@ class ResultsStore:
                             record.response,
                             record.sampling_weight,
                             now,
+                            json.dumps(result.provenance or {}, default=str),
                         ),
                     )
                     inserted.append(cur.rowcount == 1)
@@ -410,6 +451,109 @@ class ResultsStore:
                 self._db.execute("ROLLBACK")
                 raise
         return inserted
+
+    def add_rescored(self, record: RagRecord, results: Sequence[MetricResult], judge: str | None = None) -> list[bool]:
+        """Keep results of metrics the record already has beside them, one row per (record, metric, provenance
+        id), insert-or-ignore; ``True`` where the row is new. ``results`` rows are never touched."""
+        now = time.time()
+        columns = (*_COLUMNS, "provenance_id")
+        inserted: list[bool] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for result in results:
+                    cur = self._db.execute(
+                        f"INSERT OR IGNORE INTO rescored ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                        (
+                            record.key,
+                            result.metric,
+                            result.status,
+                            result.score,
+                            result.label,
+                            result.reason,
+                            1 if result.higher_is_better else 0,
+                            json.dumps(result.details or {}, default=str),
+                            record.trace_id,
+                            record.pipeline,
+                            record.service,
+                            judge,
+                            record.user_input,
+                            record.response,
+                            record.sampling_weight,
+                            now,
+                            json.dumps(result.provenance or {}, default=str),
+                            str((result.provenance or {}).get("id") or ""),
+                        ),
+                    )
+                    inserted.append(cur.rowcount == 1)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return inserted
+
+    def rescored(self, record_key: str) -> list[StoredResult]:
+        """The rescored results of one record (every provenance), by metric then time."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM rescored WHERE record_key = ? ORDER BY metric, scored_at",
+                (record_key,),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def provenance_ids(self, record_key: str) -> dict[str, set[str]]:
+        """Per metric, the provenance ids of the record's scores, original and rescored (what ``rescore`` would
+        only repeat)."""
+        out: dict[str, set[str]] = {}
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT metric, json_extract(provenance, '$.id') FROM results WHERE record_key = ? UNION "
+                "SELECT metric, provenance_id FROM rescored WHERE record_key = ?",
+                (record_key, record_key),
+            ).fetchall()
+        for metric, pid in rows:
+            out.setdefault(metric, set())
+            if pid:
+                out[metric].add(str(pid))
+        return out
+
+    def stored_records(
+        self,
+        *,
+        since: float | None = None,
+        service: str | None = None,
+        metric_below: tuple[str, float] | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 500,
+    ) -> tuple[list[StoredRecord], tuple[float, str] | None]:
+        """One page of whole stored records with their results, oldest first (by the record's time), after the
+        cursor ``after``: those since ``since`` (unix seconds), of ``service``, and whose ``metric_below`` metric
+        scored strictly below the bound, where given. Returns the page and the next cursor (None after the last):
+        a store of any size is read a page at a time."""
+        clauses, params = _equal("r", service=service)
+        if since is not None:
+            clauses.append("r.occurred_at >= ?")
+            params.append(float(since))
+        if metric_below is not None:
+            clauses.append(
+                "EXISTS (SELECT 1 FROM results x WHERE x.record_key = r.record_key AND x.metric = ? "
+                "AND x.status = 'scored' AND x.score < ?)"
+            )
+            params.extend([metric_below[0], float(metric_below[1])])
+        if after is not None:
+            clauses.append("(r.occurred_at, r.record_key) > (?, ?)")
+            params.extend(after)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {', '.join('r.' + c for c in _RECORD_COLUMNS)} FROM records r{where} "
+                "ORDER BY r.occurred_at, r.record_key LIMIT ?",
+                [*params, int(limit)],
+            ).fetchall()
+            records = [_record_row(row) for row in rows]
+            self._attach_results(records)
+        last = records[-1] if len(records) >= limit else None
+        return records, (last.occurred_at, last.record_key) if last is not None else None
 
     # -- exports: which exporter confirmed which result ------------------------------------------
     def mark_exported(self, exporter: str, keys: Iterable[tuple[str, str]]) -> int:
@@ -560,24 +704,26 @@ class ResultsStore:
         ]
 
     def judged_scores(self, trace_ids: Iterable[str], metric: str | None = None) -> list[JudgedScore]:
-        """The scored results of these traces (of ``metric`` where given), one per (trace, metric, judge): what the
-        judge-vs-human agreement compares with the reviewers' verdicts."""
+        """The scored results of these traces (of ``metric`` where given), original and rescored, one per (trace,
+        metric, judge) — the newest where a judge scored a metric twice: what the judge-vs-human agreement
+        compares with the reviewers' verdicts, judge by judge."""
         ids = list(dict.fromkeys(trace_ids))
-        out: list[JudgedScore] = []
+        newest: dict[tuple[str, str, str], tuple[float, JudgedScore]] = {}
         with self._lock:
             for start in range(0, len(ids), 500):  # SQLite's bound on parameters
                 chunk = ids[start : start + 500]
-                sql = (
-                    "SELECT trace_id, record_key, metric, COALESCE(judge, ''), score, higher_is_better, pipeline "
-                    f"FROM results WHERE status = 'scored' AND trace_id IN ({', '.join('?' for _ in chunk)})"
+                marks = ", ".join("?" for _ in chunk)
+                where = f"status = 'scored' AND trace_id IN ({marks})" + (" AND metric = ?" if metric else "")
+                params: list[Any] = list(chunk) + ([metric] if metric else [])
+                columns = (
+                    "trace_id, record_key, metric, COALESCE(judge, ''), score, higher_is_better, pipeline, scored_at"
                 )
-                params: list[Any] = list(chunk)
-                if metric is not None:
-                    sql += " AND metric = ?"
-                    params.append(metric)
-                for t, key, m, judge, score, hib, pipeline in self._db.execute(sql, params):
-                    out.append(JudgedScore(t, key, m, judge, float(score), bool(hib), pipeline))
-        return out
+                sql = f"SELECT {columns} FROM results WHERE {where} UNION ALL SELECT {columns} FROM rescored WHERE {where}"
+                for t, key, m, judge, score, hib, pipeline, at in self._db.execute(sql, params + params):
+                    seen = newest.get((t, m, judge))
+                    if seen is None or at > seen[0]:
+                        newest[(t, m, judge)] = (at, JudgedScore(t, key, m, judge, float(score), bool(hib), pipeline))
+        return [score for _, score in newest.values()]
 
     def metrics(self) -> list[str]:
         with self._lock:
@@ -593,6 +739,14 @@ class ResultsStore:
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY scored_at DESC, metric", params).fetchall()
         return [_row(r) for r in rows]
+
+    def pipeline_of(self, trace_id: str) -> str | None:
+        """The pipeline of a stored record of ``trace_id`` (feedback's metric label), None when none is stored."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT pipeline FROM records WHERE trace_id = ? AND pipeline IS NOT NULL LIMIT 1", (trace_id,)
+            ).fetchone()
+        return str(row[0]) if row is not None else None
 
     # -- the records explorer ------------------------------------------------------------------
     def records(self, query: RecordQuery) -> RecordPage:
@@ -717,6 +871,7 @@ class ResultsStore:
                     break
             with self._lock:  # results whose record row is gone (or never existed): by their own time
                 self._db.execute("DELETE FROM results WHERE scored_at < ?", (cutoff,))
+                self._db.execute("DELETE FROM rescored WHERE scored_at < ?", (cutoff,))
                 self._db.execute("DELETE FROM exported WHERE exported_at < ?", (cutoff,))
         if max_bytes is not None:
             for _ in range(50):  # each pass deletes a share sized from the overshoot; a few passes suffice
@@ -755,6 +910,7 @@ class ResultsStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     self._db.execute(f"DELETE FROM results WHERE record_key IN ({marks})", keys)
+                    self._db.execute(f"DELETE FROM rescored WHERE record_key IN ({marks})", keys)
                     self._db.execute(f"DELETE FROM records WHERE record_key IN ({marks})", keys)
                     self._db.execute(f"DELETE FROM exported WHERE record_key IN ({marks})", keys)
                     self._db.execute("COMMIT")
@@ -856,8 +1012,10 @@ def _as_record(key: str, stored: str | None, result: StoredResult) -> RagRecord:
 def _row(row: Iterable[Any]) -> StoredResult:
     values = dict(zip(_COLUMNS, row))
     values["higher_is_better"] = bool(values["higher_is_better"])
-    try:
-        values["details"] = json.loads(values["details"] or "{}")
-    except ValueError:
-        values["details"] = {}
+    for name in ("details", "provenance"):
+        try:
+            parsed = json.loads(values[name] or "{}")
+        except ValueError:
+            parsed = {}
+        values[name] = parsed if isinstance(parsed, dict) else {}
     return StoredResult(**values)

@@ -41,8 +41,9 @@ from ragtrace_collector.internal.secrets import Scrubber
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
-from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeUnsupported, unavailable_scope
+from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeIdentity, JudgeUnsupported, unavailable_scope
 from ragtrace_collector.scoring.options import ScoringOptions
+from ragtrace_collector.scoring.provenance import with_provenance
 from ragtrace_collector.scoring.results_store import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,9 @@ class TimedJudge(Judge):
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self._inner, item)
+
+    def identity(self) -> JudgeIdentity:
+        return self._inner.identity()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -365,7 +369,7 @@ class ScoringWorker:
         uncounted: Sequence[MetricResult],
         causes: Sequence[JudgeError] = (),
     ) -> None:
-        results = [scrubbed(r, self.scrubber) for r in results]
+        results = [scrubbed(with_provenance(r, self.judge), self.scrubber) for r in results]
         commit = asyncio.ensure_future(self._commit(item, results, uncounted, causes))
         self._commits.add(commit)
         commit.add_done_callback(self._commits.discard)
@@ -534,6 +538,7 @@ def _stored_result(row: Any) -> MetricResult:
         details=dict(row.details or {}),
         higher_is_better=bool(row.higher_is_better),
         label=row.label,
+        provenance=dict(row.provenance or {}),
     )
 
 

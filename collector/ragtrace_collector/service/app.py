@@ -26,18 +26,21 @@ from ragtrace_collector.explorer.app import Backlog
 from ragtrace_collector.exporter.forward import Forwarder
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
-from ragtrace_collector.internal.journal import JSON as JOURNAL_JSON
 from ragtrace_collector.internal.journal import Journal
 from ragtrace_collector.internal.urls import mask_credentials
+from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.assembler import Assembler, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from ragtrace_collector.processor.sweep import Sweeper
 from ragtrace_collector.queue.base import ReportsMetrics
-from ragtrace_collector.receiver.decode import MalformedRequest, extract_spans, parse_json, parse_protobuf
-from ragtrace_collector.receiver.ingest import Ingestor
+from ragtrace_collector.receiver.decode import MalformedRequest
+from ragtrace_collector.receiver.ingest import Ingestor, decode_journaled
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+from ragtrace_collector.review.feedback import FeedbackIntake
+from ragtrace_collector.review.labels import LabelStore
+from ragtrace_collector.review.metrics import AgreementCollector
 from ragtrace_collector.scoring.results_store import ResultsStore
 from ragtrace_collector.scoring.worker import ScoringWorker
 from ragtrace_collector.service.scoring import blocked_metrics, build_worker
@@ -108,6 +111,8 @@ class CollectorApp:
         self._lag_task: asyncio.Task | None = None
         self._retention_task: asyncio.Task | None = None
         self.explorer: Explorer | None = None  # the records explorer, on the /metrics listener
+        self.labels: LabelStore | None = None  # feedback and reviews, in the results store's file (start())
+        self.feedback: FeedbackIntake | None = None  # stores feedback: the SDK's spans, the explorer API's items
         self.budget: Budget | None = None
         self._metrics_runner: web.AppRunner | None = None
         self._metrics_port: int | None = None
@@ -184,6 +189,8 @@ class CollectorApp:
             self.queue = self._open_queue()
         if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
             self.queue.register_metrics(self.registry)
+        if cfg.runs_receiver or cfg.explorer.enabled:  # feedback arrives as spans and through the explorer's API
+            self._open_labels()
         if cfg.runs_receiver:
             self.assembler = Assembler(
                 state_from_config(cfg.assembly),
@@ -195,7 +202,7 @@ class CollectorApp:
             if cfg.forward.endpoint:
                 self.forwarder = Forwarder.from_config(cfg.forward, self.registry)
             self.ingestor = Ingestor(
-                self.assembler.add,
+                self._take,
                 self.metrics,
                 guard=self.guard,
                 max_pending_requests=cfg.limits.max_pending_requests,
@@ -272,20 +279,43 @@ class CollectorApp:
         except OSError as exc:
             raise OSError(f"cannot open the assembly journal at {path}: {exc.strerror or exc}") from None
 
+    def _open_labels(self) -> None:
+        """The label store beside the results (``results_path``) and the feedback intake writing to it."""
+        self.labels = LabelStore(self.config.results_path)
+        self.feedback = FeedbackIntake(
+            self.labels,
+            self.registry,
+            self._pipeline_of,
+            limits=self.config.limits,
+            service_label=self.metrics.service_label,
+            pipeline_label=self.metrics.pipeline_label,
+        )
+
+    def _pipeline_of(self, trace_id: str) -> str | None:
+        """The pipeline of a scored record of ``trace_id`` (feedback's label), where this process stores results."""
+        worker = self.worker
+        return worker.store.pipeline_of(trace_id) if worker is not None else None
+
+    def _take(self, decoded: DecodedRequest) -> None:
+        """The receivers' sink (and the journal replay's): feedback spans to the label store, the rest to assembly."""
+        if self.feedback is not None:
+            self.feedback.take(decoded)
+        if decoded.traces and self.assembler is not None:
+            self.assembler.add(decoded)
+
     def _replay_journal(self) -> None:
         """Ingest again what a previous process acknowledged and did not queue (a crash): its spans go to
-        assembly as if just received, counted under transport ``journal``."""
+        assembly (its feedback to the label store) as if just received, counted under transport ``journal``."""
         ingestor, assembler = self.ingestor, self.assembler
         if ingestor is None or ingestor.journal is None or assembler is None:
             return
         requests = spans = 0
         for kind, payload in ingestor.journal.replay():
             try:
-                message = parse_json(payload) if kind == JOURNAL_JSON else parse_protobuf(payload)
+                decoded = decode_journaled(kind, payload)  # spans, or a logs request's GenAI events
             except MalformedRequest:  # journaled only after it decoded: a foreign file, skipped
                 continue
-            decoded = extract_spans(message)
-            assembler.add(decoded)
+            self._take(decoded)  # re-sent feedback is stored once (its span id)
             requests += 1
             spans += decoded.accepted
             self.metrics.spans("journal", decoded.accepted, None)
@@ -321,8 +351,13 @@ class CollectorApp:
                 self.guard,
                 self.config.auth.session_hours,
                 backlog=self._backlog,
+                review=self.config.review,
+                labels=self.labels,
+                feedback=self.feedback,
             )
             self.explorer.add_routes(app)
+            # judge vs human agreement in /metrics: a cached report, never a store scan per scrape
+            self.registry.register(AgreementCollector(self.explorer.agreement, self.config.review.max_agreement_series))
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._metrics_runner.setup()
         site = web.TCPSite(self._metrics_runner, host, port, reuse_address=True)
@@ -407,6 +442,9 @@ class CollectorApp:
         explorer = self.explorer
         if explorer is not None:
             await stop.run("explorer", lambda: asyncio.to_thread(explorer.close), floor=0.5)
+        labels = self.labels
+        if labels is not None:  # after the explorer and the receivers, its writers
+            await stop.run("label store", lambda: asyncio.to_thread(labels.close), floor=0.5)
         if self.assembler is not None:
             stop.call("assembly state", self.assembler.state.close)
             stop.call("pairing state", self.assembler.pairing.close)

@@ -170,6 +170,7 @@ def _stored_result(row: StoredResult) -> MetricResult:
         higher_is_better=bool(row.higher_is_better),
         label=row.label,
         usage=JudgeUsage(calls=calls),
+        provenance=dict(row.provenance or {}),
     )
 
 

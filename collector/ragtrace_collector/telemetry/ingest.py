@@ -56,7 +56,7 @@ class IngestMetrics:
     ``ragtrace_request_duration_seconds``, ``ragtrace_retrieval_duration_seconds``,
     ``ragtrace_generation_duration_seconds``, ``ragtrace_request_tokens{kind}`` (histogram of tokens
     per request), ``ragtrace_tokens_total{kind}``, ``ragtrace_traces_received_total``,
-    ``ragtrace_spans_received_total``, ``ragtrace_spans_rejected_total{reason}``,
+    ``ragtrace_spans_received_total``, ``ragtrace_spans_rejected_total{reason}``, ``ragtrace_log_records_total{outcome}``,
     ``ragtrace_otlp_requests_total{transport,status}``, ``ragtrace_traces_sampled_total{pipeline,reason}``,
     ``ragtrace_traces_dropped_total{pipeline,reason}``, ``ragtrace_late_spans_total``,
     ``ragtrace_assembly_completed_total{reason}``, ``ragtrace_assembly_inflight_traces``,
@@ -133,6 +133,14 @@ class IngestMetrics:
         )
         self.spans_rejected = Counter(
             "ragtrace_spans_rejected", "Spans refused in a partial success.", ("reason",), registry=registry
+        )
+        self.log_records_total = Counter(
+            "ragtrace_log_records",
+            "OTLP log records by outcome: kept (a GenAI event naming its span), not_genai, no_span, bad_time (dropped"
+            " at the receiver); joined (folded into its span), unmatched (its trace completed without that span),"
+            " late (its trace had completed), over_limit (too many traces known only from log events).",
+            ("outcome",),
+            registry=registry,
         )
         self.otlp_requests = Counter(
             "ragtrace_otlp_requests",
@@ -228,7 +236,19 @@ class IngestMetrics:
         for reason, n in (rejected or {}).items():
             self.spans_rejected.labels(reason).inc(n)
 
+    def log_records(self, kept: int, dropped: dict[str, int] | None = None) -> None:
+        """A logs request's records: the GenAI events kept, the others dropped by reason."""
+        if kept:
+            self.log_records_total.labels("kept").inc(kept)
+        for reason, n in (dropped or {}).items():
+            self.log_records_total.labels(reason).inc(n)
+
     # --- assembly (AssemblyObserver) ---
+    def log_events(self, outcome: str, n: int) -> None:
+        """Log events leaving assembly (``LogEventsObserver``): joined, unmatched, late, over_limit."""
+        if n:
+            self.log_records_total.labels(outcome).inc(n)
+
     def late_spans(self, n: int) -> None:
         self.late_spans_total.inc(n)
 

@@ -6,7 +6,8 @@ OpenAI-compatible server from ``tests/support`` (standard library only), so what
 what the real peer packages emit (``decorators.py``, the baseline, is the one app that uses ragtrace and runs
 in the project's environment). Environment:
 
-* ``PEER_OTLP_ENDPOINT`` — base URL of an OTLP/HTTP receiver (``/v1/traces`` is appended).
+* ``PEER_OTLP_ENDPOINT`` — base URL of an OTLP/HTTP receiver (``/v1/traces`` is appended; ``/v1/logs`` for the
+  apps that export log events).
 * ``PEER_SERVICE`` — the ``service.name`` resource attribute (defaults to the app's setup name).
 
 Requests alternate non-streamed (even index) and streamed (odd index). Questions 0-3 are answerable
@@ -82,6 +83,11 @@ def endpoint() -> str:
     """The OTLP/HTTP traces URL the app exports to."""
     base = os.environ.get("PEER_OTLP_ENDPOINT", "http://127.0.0.1:4318").rstrip("/")
     return base + "/v1/traces"
+
+
+def logs_endpoint() -> str:
+    """The OTLP/HTTP logs URL the apps exporting log events send them to."""
+    return endpoint()[: -len("/v1/traces")] + "/v1/logs"
 
 
 def service(default: str) -> str:

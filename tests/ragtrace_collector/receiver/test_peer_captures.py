@@ -1,7 +1,7 @@
 """What the real peer packages emitted, replayed through the real OTLP/HTTP receiver, becomes one full record each.
 
-The bytes in ``tests/fixtures/peers/<setup>/`` are the OTLP requests the apps in ``scripts/peers/apps/`` sent,
-unchanged, when run with the packages listed in each ``versions.json`` (``scripts/peers/capture.py`` made them).
+The bytes in ``tests/fixtures/peers/<setup>/`` are the OTLP requests the apps in ``scripts/peers/apps/`` sent
+(``requests-NNN`` to ``/v1/traces``, ``logs-NNN`` to ``/v1/logs``, replayed in their order), unchanged, when run with the packages listed in each ``versions.json`` (``scripts/peers/capture.py`` made them).
 Every app asks the same six questions of an OpenAI-compatible scripted server, even ones non-streamed and odd
 ones streamed; the server reports ``completion_tokens = ceil(len(answer) / 4)``, so counting a call's tokens
 twice shows.
@@ -36,27 +36,41 @@ SETUPS: dict[str, tuple[bool, bool, bool]] = {
     "tl_decorators": (True, True, True),
     "tl_langchain": (False, True, True),  # OpenLLMetry's LangChain LLM span has no first-token time
     "tl_llamaindex": (True, True, False),  # streamed queries: only the spans below the never-ended workflow span
-    "openlit_qdrant": (True, False, True),  # OpenLIT's qdrant spans never record the points returned
+    "openlit_qdrant": (True, True, True),  # the qdrant spans never record the points returned: read from the prompt
     "openlit_langchain": (True, True, True),  # retrieval and chat traced apart, joined by assembly
+    "langfuse_observe": (True, True, True),  # @observe + langfuse.openai: completion_start_time is the first token
+    "otel_genai_events": (False, True, True),  # content only in log events; contexts read from the prompt
+    "otel_genai_spans": (False, True, True),  # content on the spans; util-genai's retrieval span
 }
 CORPUS = {text for _, text in common.CORPUS}
 PB = {"Content-Type": "application/x-protobuf"}
 
 
-async def replay(make_stack, setup: str) -> list:
-    """POST every captured request body to a served receiver; the records, in request order."""
+def captured(setup: str, only: str | None = None) -> list[Path]:
+    """A setup's captured bodies in the order they were sent (traces and logs share one numbering)."""
+    paths = [p for p in (FIXTURES / setup).glob("*.binpb") if only is None or p.name.startswith(only)]
+    return sorted(paths, key=lambda p: p.stem.rpartition("-")[2])
+
+
+async def replay(make_stack, setup: str, logs: bool = True) -> list:
+    """POST every captured request body to a served receiver (``logs``: the log requests too); the records, in
+    request order."""
     stack = make_stack()
     receiver = OtlpHttpReceiver(stack.ingestor)
     await receiver.start("127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession() as session:
-            for path in sorted((FIXTURES / setup).glob("requests-*.binpb")):
-                url = f"http://127.0.0.1:{receiver.port}/v1/traces"
+            for path in captured(setup):
+                kind = "logs" if path.name.startswith("logs-") else "traces"
+                if kind == "logs" and not logs:
+                    continue
+                url = f"http://127.0.0.1:{receiver.port}/v1/{kind}"
                 async with session.post(url, data=path.read_bytes(), headers=PB) as reply:
                     assert reply.status == 200, await reply.text()
     finally:
         await receiver.stop()
-    assert stack.requests("http", "ok") == len(list((FIXTURES / setup).glob("requests-*.binpb")))
+    assert stack.requests("http", "ok") == len(captured(setup, "requests-"))
+    assert stack.requests("http_logs", "ok") == (len(captured(setup, "logs-")) if logs else 0)
     return sorted(stack.records(), key=lambda r: r.start_time_unix_nano)
 
 
@@ -136,3 +150,47 @@ async def test_openlit_langchain_halves_join_into_one_record_per_request(make_st
     assert all(len(r.retrieved_contexts) == 3 and r.response and r.model for r in records)
     assert stack.sample("ragtrace_assembly_completed_total", reason="split_request") == len(common.QUESTIONS)
     assert stack.sample("ragtrace_assembly_completed_total", reason="duplicate_llm_call") == 0
+
+
+async def test_langfuse_observations_are_read_as_their_roles(make_stack):
+    """Langfuse SDK 5: ``langfuse.observation.type`` is the role (the ``@observe`` root a pipeline, ``retriever``,
+    ``generation``); the request's question and answer from its input and output, the passages with their ids and
+    scores from the retriever's output, tokens from ``usage_details``, TTFT from ``completion_start_time``."""
+    records = await replay(make_stack, "langfuse_observe")
+    for i, record in enumerate(records):
+        question = common.QUESTIONS[i][0]
+        assert [(c.id, c.content) for c in record.retrieved_contexts] == [(d, t) for d, t, _ in common.top_k(question)]
+        assert all(c.score is not None for c in record.retrieved_contexts)
+        assert "ragtrace.contexts_source" not in record.metadata  # said only of contexts read from a prompt
+        assert (record.ttft_seconds is not None) == common.streamed(i)
+
+
+async def test_otel_genai_content_in_log_events_only(make_stack):
+    """The official instrumentation's event-only content: without ``/v1/logs`` the records have no question,
+    answer or contexts; with it every event joins its span (none unmatched), and the passages come from the
+    prompt's labelled context block, in the order retrieved, the record saying so."""
+    stack = make_stack()
+    records = await replay(lambda: stack, "otel_genai_events")
+    assert stack.sample("ragtrace_log_records_total", outcome="joined") == len(common.QUESTIONS)
+    assert stack.sample("ragtrace_log_records_total", outcome="unmatched") == 0
+    for i, record in enumerate(records):
+        question = common.QUESTIONS[i][0]
+        assert [c.content for c in record.retrieved_contexts] == [t for _, t, _ in common.top_k(question)]
+        assert record.metadata["ragtrace.contexts_source"] == "prompt"
+        assert [(t.role, t.content) for t in record.turns] == [
+            ("user", question),
+            ("assistant", common.QUESTIONS[i][1]),
+        ]
+    blind = await replay(make_stack, "otel_genai_events", logs=False)
+    assert len(blind) == len(common.QUESTIONS)
+    assert all(r.user_input is None and r.response is None and not r.retrieved_contexts for r in blind)
+
+
+async def test_otel_genai_retrieval_span_gives_ranked_documents(make_stack):
+    """util-genai's retrieval span (``gen_ai.operation.name=retrieval``): its query text is the question and its
+    ``gen_ai.retrieval.documents`` the contexts, with ids and scores, read before any prompt."""
+    records = await replay(make_stack, "otel_genai_spans")
+    for i, record in enumerate(records):
+        question = common.QUESTIONS[i][0]
+        assert [(c.id, c.content) for c in record.retrieved_contexts] == [(d, t) for d, t, _ in common.top_k(question)]
+        assert "ragtrace.contexts_source" not in record.metadata  # said only of contexts read from a prompt

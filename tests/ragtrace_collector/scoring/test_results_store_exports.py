@@ -80,7 +80,7 @@ def test_a_version_2_store_gains_the_marks_table(tmp_path):
         db.execute("PRAGMA user_version=2")
     store = ResultsStore(path)
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     page, _ = store.unexported("phoenix", ("scored",), since=0.0, until=time.time() + 1)
     assert [r.key for r, _ in page] == [T1]  # nothing confirmed yet: sent again (Phoenix upserts)
 

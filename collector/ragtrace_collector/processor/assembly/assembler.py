@@ -30,6 +30,14 @@ retrieval completed in a later sweep than it is not joined (with a shared pairin
 What these joins remember between sweeps (services' marks, the calls of requests that left, held retrievals) is
 behind :class:`~ragtrace_collector.processor.assembly.pairing.PairingState`: with shared Redis state the two traces
 of one request may complete in different receivers, so the Redis implementation shares that memory too.
+
+GenAI log events (OTLP logs, see ``receiver.decode.extract_log_events``) arrive as carriers for their span and wait
+in the state with the trace's spans, before or after them; a completing trace has them folded into their spans
+(``conventions.log_events``) before anything reads it. Carriers of a trace no span of which has arrived here are
+bounded apart (``max_log_only_traces`` traces, ``max_log_only_bytes``, forgotten after ``log_only_seconds``), so a
+flood of events for traces that never come cannot push the in-flight traces out: beyond the bound they are dropped
+and counted (``over_limit``), as are those whose span never came (``unmatched``) or whose trace had completed
+(``late``), through an observer that also implements :class:`LogEventsObserver`.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ragtrace.attributes import RAGTRACE_SPAN_ROLE, ROLE_PIPELINE
 from ragtrace_collector.config import AssemblyConfig
@@ -53,7 +61,7 @@ from ragtrace_collector.processor.assembly.pairing import (
     PairingState,
 )
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
-from ragtrace_collector.processor.conventions import build_record, duplicates, halves, is_request
+from ragtrace_collector.processor.conventions import build_record, duplicates, halves, is_request, log_events
 
 # Completion reason reported for a trace that is no request (an index build, a vector-store write): it makes
 # no record, and is counted under this reason instead of the way it completed.
@@ -72,6 +80,20 @@ class AssemblyObserver(Protocol):
     def trace_completed(self, reason: str) -> None: ...
 
     def inflight(self, traces: int, nbytes: int) -> None: ...
+
+
+@runtime_checkable
+class LogEventsObserver(Protocol):
+    """An observer's optional role: what became of log events (joined, unmatched, late, over_limit)."""
+
+    def log_events(self, outcome: str, n: int) -> None: ...
+
+
+# Log events' fates in assembly (the ``outcome`` of ragtrace_log_records_total).
+LOG_JOINED = "joined"
+LOG_UNMATCHED = "unmatched"
+LOG_LATE = "late"
+LOG_OVER_LIMIT = "over_limit"
 
 
 def state_from_config(assembly_config: AssemblyConfig) -> AssemblyState:
@@ -118,6 +140,9 @@ class Assembler:
         builder: Callable[..., RagRecord] = build_record,
         clock: Callable[[], float] = time.monotonic,
         pairing: PairingState | None = None,
+        max_log_only_traces: int = 2_000,
+        max_log_only_bytes: int = 32 * 1024 * 1024,
+        log_only_seconds: float = 120.0,
     ) -> None:
         self.state = state
         self.observer = observer
@@ -133,25 +158,90 @@ class Assembler:
         self._holding: set[str] = set()
         # Popped from the state and gone from here in the last ``completed()`` call: what ``settle`` confirms.
         self._leaving: list[str] = []
+        # Traces only log events of which arrived here: (first seen, bytes), oldest first; bounded apart
+        self._log_only: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._log_only_bytes = 0
+        self.max_log_only_traces = max(1, max_log_only_traces)
+        self.max_log_only_bytes = max(1, max_log_only_bytes)
+        self.log_only_seconds = log_only_seconds
 
     def add(self, decoded: DecodedRequest) -> None:
         now = self.clock()
-        late = 0
+        late = late_events = over = 0
+        self._forget_log_only(now)
         for trace_id, spans in decoded.traces.items():
             nbytes = 0
             root = False
+            carriers = 0
             for s in spans:
                 nbytes += s.nbytes
+                if s.is_log_carrier:
+                    carriers += 1
+                    continue
                 if not s.parent_id or s.attrs.get(RAGTRACE_SPAN_ROLE) == ROLE_PIPELINE:
                     root = True
                 if duplicates.is_generator(s.attrs):
                     self.pairing.mark(MARK_NESTED if s.parent_id else MARK_BARE, s.service, now)
+            if carriers == len(spans) and not self._admit_log_only(trace_id, nbytes, now):
+                over += carriers
+                continue
+            if carriers < len(spans):
+                self._spans_arrived(trace_id)
             result = self.state.add(trace_id, spans, nbytes, root, now)
-            late += result.late_spans
+            if carriers == len(spans):
+                late_events += result.late_spans
+            else:
+                late += result.late_spans
             if result.evicted:
                 self._evicted.extend(result.evicted)
         if late and self.observer is not None:
             self.observer.late_spans(late)
+        self._count_log_events(LOG_LATE, late_events)
+        self._count_log_events(LOG_OVER_LIMIT, over)
+
+    def _admit_log_only(self, trace_id: str, nbytes: int, now: float) -> bool:
+        """Whether carriers for a trace no span of which arrived here fit the log-only bound (then counted in it)."""
+        held = self._log_only.get(trace_id)
+        if held is None and len(self._log_only) >= self.max_log_only_traces:
+            return False
+        if self._log_only_bytes + nbytes > self.max_log_only_bytes:
+            return False
+        since, size = held if held is not None else (now, 0)
+        self._log_only[trace_id] = (since, size + nbytes)
+        self._log_only_bytes += nbytes
+        return True
+
+    def _spans_arrived(self, trace_id: str) -> None:
+        """A trace known only from log events got spans: it is an ordinary in-flight trace from now on."""
+        held = self._log_only.pop(trace_id, None)
+        if held is not None:
+            self._log_only_bytes -= held[1]
+
+    def _forget_log_only(self, now: float) -> None:
+        """Let go of log-only traces older than ``log_only_seconds`` (the state completes them by then; with a
+        shared state another receiver may have): the bound counts only those that may still be waiting."""
+        while self._log_only:
+            trace_id, (since, size) = next(iter(self._log_only.items()))
+            if now - since < self.log_only_seconds:
+                break
+            del self._log_only[trace_id]
+            self._log_only_bytes -= size
+
+    def _count_log_events(self, outcome: str, n: int) -> None:
+        if n and isinstance(self.observer, LogEventsObserver):
+            self.observer.log_events(outcome, n)
+
+    def _fold_log_events(self, out: list[CompletedTrace]) -> None:
+        """Fold each completed trace's log events into their spans (see ``conventions.log_events``), counted."""
+        joined = unmatched = 0
+        for c in out:
+            self._spans_arrived(c.trace_id)  # completed: no longer waiting
+            folded = log_events.fold(c.spans)
+            c.spans = folded.spans
+            joined += folded.joined
+            unmatched += folded.unmatched
+        self._count_log_events(LOG_JOINED, joined)
+        self._count_log_events(LOG_UNMATCHED, unmatched)
 
     def completed(self, limit: int | None = None, everything: bool = False) -> list[CompletedTrace]:
         """Traces ready to become records (evicted ones first); ``everything`` also takes in-flight ones. Traces
@@ -162,8 +252,9 @@ class Assembler:
             out.extend(self.state.pop_all())
         else:
             out.extend(self.state.pop_due(self.clock(), limit))
+        self._fold_log_events(out)
         popped = {c.trace_id for c in out}
-        requests = [c for c in out if is_request(c.spans)]
+        requests = [c for c in out if c.spans and is_request(c.spans)]  # log events alone: no request
         self.pairing.sync(self.clock())
         if self.observer is not None:
             for _ in range(len(out) - len(requests)):

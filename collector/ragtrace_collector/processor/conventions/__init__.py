@@ -6,6 +6,7 @@ once, and each function of ``extractors`` reads one aspect of the record from th
 """
 
 from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.conventions import log_events
 from ragtrace_collector.processor.conventions.extractors import is_request as _is_request
 from ragtrace_collector.processor.conventions.record_builder import build_record
 from ragtrace_collector.processor.conventions.trace_spans import classify_spans
@@ -16,4 +17,4 @@ def is_request(spans: list[SpanData]) -> bool:
     return _is_request(classify_spans(spans))
 
 
-__all__ = ["build_record", "is_request"]
+__all__ = ["build_record", "is_request", "log_events"]

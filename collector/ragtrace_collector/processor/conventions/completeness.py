@@ -118,9 +118,12 @@ def _explain(field: str, ts: TraceSpans, record: RagRecord) -> Missing:
             return Missing(
                 field,
                 RETRIEVER_EMPTY,
-                f"retriever span(s) {_names(ts.retrievers + ts.rerankers)} recorded no documents",
+                f"retriever span(s) {_names(ts.retrievers + ts.rerankers)} recorded no documents, and the prompt"
+                " labels no passage as context",
             )
-        return Missing(field, NO_RETRIEVER, f"no retriever span found ({kinds})")
+        return Missing(
+            field, NO_RETRIEVER, f"no retriever span found, nor a passage labelled as context in the prompt ({kinds})"
+        )
     if field == USER_INPUT:
         return Missing(
             field,

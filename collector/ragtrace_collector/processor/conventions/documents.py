@@ -9,6 +9,8 @@ from typing import Any
 from ragtrace import attributes as A
 from ragtrace_collector.processor.conventions.values import as_float, indexed, json_dict, maybe_json
 
+LANGFUSE_INPUT = "langfuse.observation.input"
+LANGFUSE_OUTPUT = "langfuse.observation.output"
 _CONTENT_KEYS = ("content", "page_content", "text", "document", "chunk", "body")
 _ID_KEYS = ("id", "doc_id", "node_id", "document_id", "_id", "id_")  # id_: a LlamaIndex node dump
 # A Python repr standing in for an object (``<NodeWithScore(node=TextNode(...), score=0.3)>``,
@@ -105,14 +107,15 @@ def documents_from_json(value: Any) -> list[dict[str, Any]]:
 
 
 def retrieved_documents(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A retriever span's documents: OpenInference first, then GenAI JSON, then OpenLLMetry's entity output."""
+    """A retriever span's documents: OpenInference first, then GenAI JSON, then OpenLLMetry's entity output, then a
+    Langfuse retriever observation's output."""
     docs = _flattened(attrs, A.RETRIEVAL_DOCUMENTS)
     if docs:
         return docs
     genai = documents_from_json(attrs.get(A.GEN_AI_RETRIEVAL_DOCUMENTS))
     if genai:
         return genai
-    for key in ("traceloop.entity.output", A.OUTPUT_VALUE):
+    for key in ("traceloop.entity.output", A.OUTPUT_VALUE, LANGFUSE_OUTPUT):
         docs = documents_from_json(attrs.get(key))
         if docs:
             return docs

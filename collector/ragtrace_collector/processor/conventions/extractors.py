@@ -12,12 +12,14 @@ and run for full records only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypedDict
 
 from ragtrace import attributes as A
 from ragtrace_collector.model.record import Context, ToolCall, Turn
 from ragtrace_collector.model.spans import EVENT_TIME, STATUS_ERROR, SpanData
-from ragtrace_collector.processor.conventions import documents, messages, roles
+from ragtrace_collector.processor.conventions import documents, messages, prompts, roles
+from ragtrace_collector.processor.conventions.documents import LANGFUSE_INPUT, LANGFUSE_OUTPUT
 from ragtrace_collector.processor.conventions.trace_spans import TraceSpans
 from ragtrace_collector.processor.conventions.values import (
     ANSWER_KEYS,
@@ -35,13 +37,27 @@ _TTFT_KEYS = (A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, "gen_ai.server.time_to_firs
 _TPOT_KEYS = (A.RAGTRACE_TIME_PER_OUTPUT_TOKEN, "gen_ai.server.time_per_output_token")
 _INPUT_TOKEN_KEYS = (A.GEN_AI_USAGE_INPUT_TOKENS, A.LLM_TOKEN_COUNT_PROMPT, A.GEN_AI_USAGE_PROMPT_TOKENS)
 _OUTPUT_TOKEN_KEYS = (A.GEN_AI_USAGE_OUTPUT_TOKENS, A.LLM_TOKEN_COUNT_COMPLETION, A.GEN_AI_USAGE_COMPLETION_TOKENS)
-_MODEL_KEYS = (A.GEN_AI_RESPONSE_MODEL, A.LLM_MODEL_NAME, A.GEN_AI_REQUEST_MODEL)
+_MODEL_KEYS = (A.GEN_AI_RESPONSE_MODEL, A.LLM_MODEL_NAME, A.GEN_AI_REQUEST_MODEL, "langfuse.observation.model.name")
+# Langfuse generations: usage as a JSON object (its own input/output names, or the provider's as received) and the
+# first token's time as a JSON-quoted ISO timestamp.
+_LANGFUSE_USAGE = "langfuse.observation.usage_details"
+_LANGFUSE_COMPLETION_START = "langfuse.observation.completion_start_time"
+_USAGE_INPUT = ("input", "prompt_tokens", "input_tokens")
+_USAGE_OUTPUT = ("output", "completion_tokens", "output_tokens")
+# Where a record's contexts were read; record metadata ``ragtrace.contexts_source`` says ``prompt`` when they were
+# only found in the prompt (no retrieval recorded them). The collector's to say, never a span's.
+CONTEXTS_SOURCE = "ragtrace.contexts_source"
+SOURCE_RERANKER = "reranker"
+SOURCE_RETRIEVAL = "retrieval"
+SOURCE_FED = "step_output"  # a step's output found whole in the prompt (OpenLLMetry tasks)
+SOURCE_GENERATOR = "generator_attribute"  # the SDK's ragtrace.generator.contexts
+SOURCE_PROMPT = "prompt"  # passages the prompt labels as context (conventions.prompts)
 _PROVIDER_KEYS = (A.GEN_AI_PROVIDER_NAME, A.GEN_AI_SYSTEM, A.LLM_PROVIDER, A.LLM_SYSTEM)
 _SESSION_KEYS = (A.SESSION_ID, A.GEN_AI_CONVERSATION_ID, "traceloop.association.properties.session_id")
 _USER_KEYS = (A.USER_ID, "traceloop.association.properties.user_id", "enduser.id")
 _TAG_KEYS = (A.RAGTRACE_TAGS, A.TAG_TAGS)
-_QUERY_ATTR_KEYS = (A.INPUT_VALUE, "traceloop.entity.input")
-_ANSWER_ATTR_KEYS = (A.OUTPUT_VALUE, "traceloop.entity.output")
+_QUERY_ATTR_KEYS = (A.INPUT_VALUE, "traceloop.entity.input", LANGFUSE_INPUT)
+_ANSWER_ATTR_KEYS = (A.OUTPUT_VALUE, "traceloop.entity.output", LANGFUSE_OUTPUT)
 _RETRIEVAL_QUERY_KEYS = (A.GEN_AI_RETRIEVAL_QUERY_TEXT, A.RERANKER_QUERY)
 _STREAM_KEYS = (A.GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming", "llm.is_streaming", "gen_ai.request.is_stream")
 # Span events whose time is the first token's: OpenInference's, and OpenLLMetry's first streamed chunk.
@@ -163,12 +179,13 @@ def extract_question_answer(ts: TraceSpans) -> QuestionAnswer:
             answer = messages.last_assistant_message(msgs.outputs) or _text(s.attrs, (A.OUTPUT_VALUE,), ANSWER_KEYS)
             if answer:
                 break
-    if question is None:  # else the prompt's last user message (a stuffed template: conversation() cuts it)
-        for s, msgs in zip(ts.generators, ts.generator_messages):
+    if question is None:  # else the prompt's last user message (a stuffed template: conversation() cuts it), or the
+        for s, msgs in zip(ts.generators, ts.generator_messages):  # question the template labels in it
             question = (
                 messages.last_user_message(msgs.inputs) if msgs.inputs else _text(s.attrs, (A.INPUT_VALUE,), QUERY_KEYS)
             )
             if question:
+                question = prompts.read(question).question or question
                 break
     return {"user_input": question, "response": answer}
 
@@ -210,25 +227,48 @@ def _fed_documents(ts: TraceSpans) -> tuple[SpanData | None, list[dict[str, Any]
     return fallback
 
 
-def extract_contexts(ts: TraceSpans) -> list[Context]:
-    """Contexts: last reranker's output (OpenInference), retrievals (OpenInference, GenAI, OpenLLMetry), else the
-    documents a step handed the generator (OpenLLMetry tasks), else the SDK's ``ragtrace.generator.contexts``."""
+def _prompt_passages(ts: TraceSpans) -> list[dict[str, Any]]:
+    """Passages the answering generator's system and user messages label as context (``conventions.prompts``)."""
+    for msgs in reversed(ts.generator_messages):
+        found: list[str] = []
+        for role, content in msgs.inputs:
+            if role.lower() in ("system", "user", "human", "developer", ""):
+                found.extend(p for p in prompts.read(content).passages if p not in found)
+        if found:
+            return [{"content": p, "id": None, "score": None, "metadata": {}} for p in found]
+    return []
+
+
+def extract_contexts_with_source(ts: TraceSpans) -> tuple[list[Context], str | None]:
+    """Contexts and where they were read: last reranker's output (OpenInference), retrievals (OpenInference, GenAI,
+    OpenLLMetry, Langfuse), else the documents a step handed the generator (OpenLLMetry tasks), else the SDK's
+    ``ragtrace.generator.contexts``, else the passages the prompt labels as context; ``None`` when none."""
     docs: list[dict[str, Any]] = []
+    source = None
     if ts.rerankers:
-        docs = documents.reranked_documents(ts.rerankers[-1].attrs)
+        docs, source = documents.reranked_documents(ts.rerankers[-1].attrs), SOURCE_RERANKER
     if not docs:
-        docs = _retrieved(ts)
+        docs, source = _retrieved(ts), SOURCE_RETRIEVAL
     if not docs:
-        docs = _fed_documents(ts)[1]
+        docs, source = _fed_documents(ts)[1], SOURCE_FED
     if not docs:  # else the first generator's ragtrace.generator.contexts
+        source = SOURCE_GENERATOR
         for s in ts.generators:
             docs = documents.generator_contexts(s.attrs)
             if docs:
                 break
-    return [
+    if not docs:
+        docs, source = _prompt_passages(ts), SOURCE_PROMPT
+    contexts = [
         Context.model_construct(content=d["content"], id=d["id"], score=d["score"], metadata=d["metadata"] or {})
         for d in docs
     ]
+    return contexts, source if contexts else None
+
+
+def extract_contexts(ts: TraceSpans) -> list[Context]:
+    """The record's contexts (see :func:`extract_contexts_with_source`)."""
+    return extract_contexts_with_source(ts)[0]
 
 
 def extract_context_scores(ts: TraceSpans) -> list[float | None]:
@@ -263,10 +303,36 @@ def _stream_flag(span: SpanData) -> bool | None:
 
 
 def _first_token_time(span: SpanData) -> int | None:
-    """Unix ns of the span's first-token event (OpenInference) or first streamed chunk event (OpenLLMetry)."""
+    """Unix ns of the span's first-token event (OpenInference), first streamed chunk event (OpenLLMetry), or
+    Langfuse's completion start time."""
     times = [ev.get(EVENT_TIME) for name, ev in span.events if name in _FIRST_TOKEN_EVENTS]
     known = [t for t in times if isinstance(t, int) and t > 0]
-    return min(known) if known else None
+    if not known:
+        started = _iso_ns(span.attrs.get(_LANGFUSE_COMPLETION_START))
+        return started if started is not None and started >= span.start else None
+    return min(known)
+
+
+def _iso_ns(value: Any) -> int | None:
+    """Unix ns of an ISO 8601 timestamp, plain or JSON-quoted (``"2025-01-01T00:00:00.123456Z"``); None otherwise."""
+    text = maybe_json(value)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None  # a local time of unknown zone: no duration can be read from it
+    return int(moment.timestamp()) * 10**9 + moment.microsecond * 1000
+
+
+def _langfuse_tokens(attrs: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(input, output) tokens of a Langfuse generation's ``usage_details``."""
+    usage = json_dict(attrs.get(_LANGFUSE_USAGE))
+    if not usage:
+        return None, None
+    return as_int(first(usage, _USAGE_INPUT)), as_int(first(usage, _USAGE_OUTPUT))
 
 
 def _call_generation(call: list[SpanData]) -> dict[str, Any]:
@@ -283,6 +349,9 @@ def _call_generation(call: list[SpanData]) -> dict[str, Any]:
         ("tpot", _TPOT_KEYS),
     ):
         out[name] = next((first(s.attrs, keys) for s in inner_first if first(s.attrs, keys) is not None), None)
+    if out["input_tokens"] is None and out["output_tokens"] is None:
+        usage = next((u for s in inner_first if (u := _langfuse_tokens(s.attrs)) != (None, None)), (None, None))
+        out["input_tokens"], out["output_tokens"] = usage
     out["streamed"] = next((f for f in map(_stream_flag, inner_first) if f is not None), None)
     ttft = as_float(out["ttft"])
     if ttft is None:
@@ -509,6 +578,7 @@ def extract_labels(ts: TraceSpans) -> LabelFields:
                 tags.extend(str(t) for t in value if str(t) not in tags)
         if not metadata:  # the first span that has any, the request span first
             metadata = dict(json_dict(s.attrs.get(A.METADATA)))
+    metadata.pop(CONTEXTS_SOURCE, None)  # the collector's to say (record_builder), never a span's
     return {"tags": tags, "metadata": metadata}
 
 

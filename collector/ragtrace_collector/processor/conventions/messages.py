@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragtrace import attributes as A
-from ragtrace_collector.processor.conventions.values import indexed, maybe_json
+from ragtrace_collector.processor.conventions.documents import LANGFUSE_INPUT, LANGFUSE_OUTPUT
+from ragtrace_collector.processor.conventions.values import QUERY_KEYS, indexed, maybe_json, text_of
 
 Message = tuple[str, str]  # (role, content)
 
@@ -75,8 +76,20 @@ def _indexed_messages(attrs: Mapping[str, Any], prefix: str, role_key: str, cont
     return out
 
 
+def _langfuse(value: Any, role: str) -> list[Message]:
+    """A Langfuse generation's input or output: OpenAI-style messages (its OpenAI integration), else the text of
+    an ``@observe(as_type="generation")`` function's arguments or result, as one message."""
+    if value is None or value == "":
+        return []
+    msgs = _json_messages(value)
+    if msgs:
+        return msgs
+    text = text_of(value, QUERY_KEYS)
+    return [(role, text)] if text else []
+
+
 def input_messages(attrs: Mapping[str, Any], events: Sequence[tuple[str, dict]] = ()) -> list[Message]:
-    """The prompt messages of an LLM span."""
+    """The prompt messages of an LLM span (GenAI log events folded in: ``conventions.log_events``)."""
     msgs = _indexed_messages(attrs, A.LLM_INPUT_MESSAGES, "message.role", "message.content")
     if msgs:
         return msgs
@@ -84,6 +97,9 @@ def input_messages(attrs: Mapping[str, Any], events: Sequence[tuple[str, dict]] 
     if msgs:
         return msgs
     msgs = _json_messages(attrs.get(A.GEN_AI_INPUT_MESSAGES))
+    if msgs:
+        return _with_system_instructions(attrs, msgs)
+    msgs = _langfuse(attrs.get(LANGFUSE_INPUT), "user")
     if msgs:
         return msgs
     prompt = attrs.get(A.GEN_AI_PROMPT_PREFIX)  # OpenLIT span attribute form
@@ -112,6 +128,9 @@ def output_messages(attrs: Mapping[str, Any], events: Sequence[tuple[str, dict]]
     msgs = _json_messages(attrs.get(A.GEN_AI_OUTPUT_MESSAGES))
     if msgs:
         return msgs
+    msgs = _langfuse(attrs.get(LANGFUSE_OUTPUT), "assistant")
+    if msgs:
+        return msgs
     completion = attrs.get(A.GEN_AI_COMPLETION_PREFIX)
     if isinstance(completion, str):
         return [("assistant", completion)]
@@ -127,6 +146,16 @@ def output_messages(attrs: Mapping[str, Any], events: Sequence[tuple[str, dict]]
             if text is not None:
                 out.append(("assistant", text))
     return out
+
+
+def _with_system_instructions(attrs: Mapping[str, Any], msgs: list[Message]) -> list[Message]:
+    """GenAI's ``gen_ai.system_instructions`` (instructions given apart from the messages) as a first system
+    message, so the prompt read is the prompt sent."""
+    text = _parts_text(maybe_json(attrs.get(GEN_AI_SYSTEM_INSTRUCTIONS)))
+    return [("system", text), *msgs] if text else msgs
+
+
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 
 
 def last_user_message(messages: list[Message]) -> str | None:

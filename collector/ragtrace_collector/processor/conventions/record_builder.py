@@ -15,9 +15,11 @@ from typing import Any
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.conventions.extractors import (
+    CONTEXTS_SOURCE,
+    SOURCE_PROMPT,
     QuestionAnswer,
     extract_context_scores,
-    extract_contexts,
+    extract_contexts_with_source,
     extract_error,
     extract_generation,
     extract_labels,
@@ -53,13 +55,16 @@ def build_record(trace_id: str, spans: list[SpanData], full: bool = True) -> Rag
     }
     if not full:
         return RecordSummary(scores=extract_context_scores(ts), metadata={}, **fields)  # type: ignore[return-value]
-    contexts = extract_contexts(ts)
+    contexts, source = extract_contexts_with_source(ts)
+    labels = extract_labels(ts)
+    if source == SOURCE_PROMPT:  # read from the prompt, not a retrieval the trace recorded: the record says so
+        labels["metadata"][CONTEXTS_SOURCE] = source
     return RagRecord.model_construct(
         retrieved_contexts=contexts,
         turns=extract_turns(ts, qa, contexts),
         prompt_messages=extract_prompt_messages(ts),
         sampling_weight=1.0,
-        **extract_labels(ts),
+        **labels,
         **extract_tools(ts),
         **fields,
     )

@@ -2,7 +2,8 @@
 
 Read in order of precision: ragtrace's own ``ragtrace.span.role``; OpenInference's
 ``openinference.span.kind``; OpenLLMetry's ``traceloop.span.kind`` / ``llm.request.type``; the OTel
-GenAI ``gen_ai.operation.name``; OpenLIT's vector-database spans (``db.system`` + ``db.operation``).
+GenAI ``gen_ai.operation.name``; Langfuse's ``langfuse.observation.type`` (``@observe(as_type=...)`` and its OpenAI and
+LangChain integrations); OpenLIT's vector-database spans (``db.system`` + ``db.operation``).
 Never by a span's or function's name: a retrieval step named ``search`` is a retrieval all the same, so
 the OpenLLMetry tasks that feed a generator its passages are found by content (``extractors``).
 """
@@ -49,6 +50,18 @@ _GENAI_OPERATION = {
     "workflow": PIPELINE,
     "framework": PIPELINE,
 }
+# Langfuse observation types (langfuse._client.constants): a plain ``span`` observation is a step of the request,
+# as an OpenLLMetry task is; evaluators, guardrails and events are no part of answering.
+LANGFUSE_OBSERVATION_TYPE = "langfuse.observation.type"
+_LANGFUSE_TYPE = {
+    "generation": GENERATOR,
+    "embedding": EMBEDDING,
+    "retriever": RETRIEVER,
+    "tool": TOOL,
+    "agent": PIPELINE,
+    "chain": PIPELINE,
+    "span": PIPELINE,
+}
 _TRACELOOP_KIND = {"workflow": PIPELINE, "agent": PIPELINE, "task": PIPELINE, "tool": TOOL}
 # Vector-database operations that read (OpenLIT writes ``gen_ai.operation.name = vectordb`` for every call,
 # index writes too, so the database operation decides).
@@ -66,6 +79,9 @@ def span_role(attrs: Mapping[str, Any]) -> str:
     op = attrs.get(A.GEN_AI_OPERATION_NAME)
     if isinstance(op, str) and op.lower() in _GENAI_OPERATION:
         return _GENAI_OPERATION[op.lower()]
+    lf_type = attrs.get(LANGFUSE_OBSERVATION_TYPE)
+    if isinstance(lf_type, str) and lf_type.lower() in _LANGFUSE_TYPE:
+        return _LANGFUSE_TYPE[lf_type.lower()]
     if op == "vectordb" or attrs.get("db.system") or attrs.get("db.system.name"):
         db_op = str(attrs.get("db.operation.name", attrs.get("db.operation", ""))).lower()
         return RETRIEVER if db_op in _DB_READS else OTHER

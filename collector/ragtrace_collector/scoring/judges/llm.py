@@ -30,6 +30,7 @@ into one cached call.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -39,6 +40,7 @@ import random
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -51,6 +53,7 @@ from ragtrace_collector.scoring.judge import (
     GEvalScore,
     Judge,
     JudgeError,
+    JudgeIdentity,
     JudgeUnsupported,
     NliVerdict,
     RubricGrade,
@@ -62,6 +65,7 @@ from ragtrace_collector.scoring.judge import (
     UnavailableReason,
     record_usage,
     report_unavailable,
+    sha256_hex,
 )
 from ragtrace_collector.scoring.text import split_sentences
 
@@ -147,6 +151,12 @@ class _InvalidReply(Exception):
     pass
 
 
+@functools.cache
+def _prompts_source() -> bytes:
+    """The prompt templates and reply schemas as shipped: the source of :mod:`ragtrace_collector.scoring.prompts`."""
+    return Path(P.__file__).read_bytes()
+
+
 class LLMJudge(Judge):
     """A judge backed by ``litellm.acompletion``.
 
@@ -203,6 +213,13 @@ class LLMJudge(Judge):
         self._inflight: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._semaphores: dict[int, asyncio.Semaphore] = {}
         self._local_embedder: Any = None
+
+    def identity(self) -> JudgeIdentity:
+        """The model, and the sha256 of the prompt templates (the whole prompts module: any prompt or reply
+        schema change changes every metric's hash, so none is missed), the model and the embedding model."""
+        return JudgeIdentity(
+            model=self.model, hash=sha256_hex(_prompts_source(), self.model, self.embedding_model or "")
+        )
 
     # plumbing ---------------------------------------------------------------------------------
     def _semaphore(self) -> asyncio.Semaphore:

@@ -192,9 +192,12 @@ class Metric(abc.ABC):
     Subclasses set ``name``, ``higher_is_better``, ``requires`` (record inputs, see ``_INPUTS``),
     ``score_range`` and implement ``compute(ctx) -> Outcome`` (raising :class:`MetricSkipped`
     when the record cannot be scored). ``requires_any`` lists alternatives of which one suffices.
+    ``version`` is part of every score's provenance: raise it whenever the arithmetic or what the metric asks the
+    judge changes, so scores before and after are told apart (and ``rescore`` keeps both).
     """
 
     name: str = ""
+    version: str = "1"
     higher_is_better: bool = True
     requires: tuple[str, ...] = ()
     requires_any: tuple[tuple[str, ...], ...] = ()

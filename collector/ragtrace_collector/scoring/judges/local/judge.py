@@ -58,26 +58,32 @@ never depends on other records in flight.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, DEFAULT_LOCAL_JUDGE_WORKERS, LOCAL_JUDGE_MODELS
+from ragtrace_collector.scoring.embeddings import sha256_of
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
     ContextSentences,
     Judge,
+    JudgeIdentity,
     JudgeUnsupported,
     NliLabel,
     NliVerdict,
     Verdict,
     record_usage,
+    sha256_hex,
 )
 
 from . import text as T
@@ -471,8 +477,26 @@ class LocalJudge(Judge):
             return []
         return await self._run(T.entities, text)
 
+    def identity(self) -> JudgeIdentity:
+        """``local/<model>`` (``features`` after a fall-back) and the sha256 of what decides: the feature models'
+        parameters, the embeddings switch, and the ONNX files' sha256 (the pinned one their parameters record,
+        or the file's own where the environment names another file)."""
+        parts: list[str] = [json.dumps(self.params.raw, sort_keys=True), f"embeddings={self.use_embeddings}"]
+        for stage in (self.cascade, self.reader):
+            if stage is not None:
+                params = stage.params
+                parts.append(_file_sha256(params.model_path()) if params.overridden() else params.sha256)
+                parts.append(json.dumps(params.raw, sort_keys=True))
+        return JudgeIdentity(model=f"local/{self.model_name}", hash=sha256_hex(*parts))
+
     async def aclose(self) -> None:
         self._executor.shutdown(wait=False)
+
+
+@functools.cache
+def _file_sha256(path: Path) -> str:
+    """A model file named by the environment, hashed once per process (the pinned ones are not read for this)."""
+    return sha256_of(path)
 
 
 P = TypeVar("P", CascadeParams, ReaderParams)
@@ -517,7 +541,10 @@ def _not_found_reason(claim: str, p: float, contexts: Sequence[str]) -> str:
         if not all(w in joined for w in T.words(name) if w not in T.STOPWORDS)
     ]
     ctx_tokens = set(T.content_words(joined))
-    missing_words = [w for w in dict.fromkeys(T.content_words(claim)) if w not in ctx_tokens]
+    # compared as stems, said as the claim wrote them ("produced", never the stem "produc")
+    missing_words = [
+        w for w in dict.fromkeys(T.words(claim)) if w not in T.STOPWORDS and len(w) > 1 and T.stem(w) not in ctx_tokens
+    ]
     parts = []
     if missing_numbers:
         parts.append("numbers not in the contexts: " + ", ".join(missing_numbers))
