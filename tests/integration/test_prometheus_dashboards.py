@@ -105,6 +105,9 @@ def scenario(tmp_path_factory):
             grpc_port=free_port(),
             metrics_port=free_port(),
             sampling_rate=0.6,
+            # every record in the review queue's random sample, agreement recomputed at each scrape: the judge-vs-
+            # reviewers panels have data from the verdicts posted below
+            extra_env={"RAGTRACE_REVIEW__SAMPLE_RATE": "1.0", "RAGTRACE_REVIEW__AGREEMENT_CACHE_SECONDS": "0"},
         )
         children.append(collector)
         am = None
@@ -163,7 +166,8 @@ def scenario(tmp_path_factory):
                     break
             elif fired_prom is not None:
                 break
-        time.sleep(2.0)  # a last scrape after the alert
+        review_a_sample(collector.metrics_url.removesuffix("/metrics"))
+        time.sleep(2.0)  # a last scrape after the alert (and the reviews)
         end = time.time()
         out.update(
             prom=prom,
@@ -211,6 +215,28 @@ def scenario(tmp_path_factory):
             handle.shutdown(2.0)
         for child in reversed(children):
             child.stop(10.0)
+
+
+def review_a_sample(base: str, n: int = 24) -> None:
+    """A reviewer's verdicts on the first ``n`` records of the review queue's random sample, through the explorer's
+    API: faithful where the judge passed the record, unfaithful where it did not, every fourth verdict the other way
+    (both classes and some disagreement: every agreement statistic defined)."""
+    with urllib.request.urlopen(f"{base}/api/v1/review/queue?reason=sample&limit={n}", timeout=10) as reply:
+        items = json.loads(reply.read())["items"]
+    assert items, "the review queue offered nothing to review"
+    for i, item in enumerate(items):
+        good = (item.get("score") or 0.0) >= 0.7
+        if i % 4 == 3:
+            good = not good
+        body = {"metric": "faithfulness", "verdict": "faithful" if good else "unfaithful", "reviewer": "test"}
+        request = urllib.request.Request(
+            f"{base}/api/v1/records/{urllib.parse.quote(item['trace_id'], safe='')}/reviews",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 201
 
 
 def _has_data(result: list[dict]) -> bool:

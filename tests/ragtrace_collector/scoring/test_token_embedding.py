@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import string
+import sys
 
 import numpy as np
 import pytest
@@ -171,3 +172,10 @@ def test_moverscore_agrees_with_moverscore_v2_arithmetic(hyp_text: str, ref_text
         ref.vectors, moverscore_weights(ref.tokens, None), hyp.vectors, moverscore_weights(hyp.tokens, None)
     )
     assert ours == pytest.approx(reference_moverscore(ref.tokens, ref.vectors, hyp.tokens, hyp.vectors), abs=1e-6)
+
+
+def test_moverscore_without_its_extra_is_skipped_naming_it(monkeypatch) -> None:
+    # POT (the moverscore extra) is left out of the default install: the metric says what to install, never fails
+    monkeypatch.setitem(sys.modules, "ot", None)  # what ``import ot`` meets where the package is not installed
+    with pytest.raises(MetricSkipped, match=r"ragtrace-collector\[moverscore\]"):
+        moverscore(np.eye(2), np.ones(2), np.eye(2), np.ones(2))

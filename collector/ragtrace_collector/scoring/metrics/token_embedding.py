@@ -82,7 +82,12 @@ def context_idf(documents: list[list[str]]) -> dict[str, float]:
 
 def moverscore(ref_vectors: np.ndarray, ref_w: np.ndarray, hyp_vectors: np.ndarray, hyp_w: np.ndarray) -> float:
     """1 − EMD between the two weighted token clouds, ground distance Euclidean between unit vectors (POT)."""
-    import ot
+    try:
+        import ot
+    except ImportError:  # the moverscore extra: left out of the default install for its size
+        raise MetricSkipped(
+            "MoverScore's transport needs POT, not installed: pip install 'ragtrace-collector[moverscore]'"
+        ) from None
 
     if ref_w.sum() <= 0 or hyp_w.sum() <= 0:
         raise MetricSkipped("no token carries weight (only punctuation, word-piece continuations or zero IDF)")

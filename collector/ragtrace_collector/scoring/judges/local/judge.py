@@ -541,9 +541,17 @@ def _not_found_reason(claim: str, p: float, contexts: Sequence[str]) -> str:
         if not all(w in joined for w in T.words(name) if w not in T.STOPWORDS)
     ]
     ctx_tokens = set(T.content_words(joined))
-    # compared as stems, said as the claim wrote them ("produced", never the stem "produc")
+    # compared as stems, said as the claim wrote them ("produced", never the stem "produc"); the numbers and names
+    # already said are not said again
+    said = {w for name in missing_names for w in T.words(name)}
     missing_words = [
-        w for w in dict.fromkeys(T.words(claim)) if w not in T.STOPWORDS and len(w) > 1 and T.stem(w) not in ctx_tokens
+        w
+        for w in dict.fromkeys(T.words(claim))
+        if w not in T.STOPWORDS
+        and len(w) > 1
+        and not any(c.isdigit() for c in w)
+        and w not in said
+        and T.stem(w) not in ctx_tokens
     ]
     parts = []
     if missing_numbers:
