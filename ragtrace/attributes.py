@@ -4,6 +4,39 @@ Two conventions are written side by side so that any backend can read our spans:
 OpenInference (Arize Phoenix, Langfuse's OpenInference mapping) and the OpenTelemetry
 GenAI semantic conventions (``gen_ai.*``). Names under ``ragtrace.*`` carry what
 neither convention defines yet (TPOT, chunk counts, reference answers for canaries).
+
+Each retrieved text goes on the wire once. Texts are what a request's bytes are made of (five 1 KB documents
+are 95% of a traced request), every copy is encoded, sent and stored, and the collector reads a text from
+wherever it is. Where each one lives, and why:
+
+- **A retrieved document** (and a reranker's output): on the span that returned it, as OpenInference
+  ``retrieval.documents.{i}.document.{id,content,score,metadata}`` (``reranker.output_documents...``). It is the
+  only convention with a place for a document's text (Phoenix shows it; the collector reads it first), and the
+  span that returned the document is where it belongs. GenAI's ``gen_ai.retrieval.documents`` (opt-in) names
+  the documents by ``id`` and ``score``, as its schema asks ("SHOULD contain at least id and score"), and is left
+  out when a document has no id rather than carry its text a second time.
+- **The contexts a generator was given**: ``ragtrace.generator.context_documents``, one ``"<span id>:<index>"``
+  per context, when each is a document a span of the same trace sent (a retriever's or reranker's output: the
+  usual RAG request); the texts themselves in ``ragtrace.generator.contexts`` only when some are not (contexts
+  from elsewhere, a retriever not traced, a document cut by a limit). The collector prefers the documents of
+  the retrieval spans anyway, so a reference loses it nothing.
+- **A generator's input**: its messages, in ``llm.input_messages`` (OpenInference) and ``gen_ai.input.messages``
+  (GenAI; opt-in, the JSON schema in ``tests/ragtrace/schemas``) — never again in ``input.value``, which
+  OpenInference readers do not need on an LLM span that has messages. Messages the app passed are the prompt as
+  sent, contexts included as the app embedded them. A generator given a prompt (and contexts) rather than
+  messages gets one user message holding the prompt alone: the prompt the model saw is not known, and a
+  made-up one that pasted the contexts in would send each of them once more.
+- **Left as each convention asks** (short, or the span's own): the query (``input.value`` and GenAI's
+  ``gen_ai.retrieval.query.text`` on a retriever), system instructions (``gen_ai.system_instructions`` and the
+  OpenInference system message), the answer (``output.value`` and ``gen_ai.output.messages``), and a reranker's
+  input documents (OpenInference defines no reference).
+
+Nor does a span carry what a reader infers: ``input.mime_type``/``output.mime_type`` only for JSON (text is
+OpenInference's default), ``ragtrace.retrieval.documents_total`` only when the per-span cap left documents out.
+Every attribute costs the exporter as much CPU as a kilobyte of text does.
+
+GenAI's required attributes (``gen_ai.operation.name``, ``gen_ai.provider.name`` where known,
+``gen_ai.request.model`` where known, ``error.type`` on failure) are written on every span they apply to.
 """
 
 from __future__ import annotations
@@ -127,12 +160,14 @@ RAGTRACE_REFERENCE_TOOL_CALLS = "ragtrace.reference.tool_calls"
 RAGTRACE_TAGS = "ragtrace.tags"
 RAGTRACE_SAMPLE = "ragtrace.sample"  # bool: the user asks the collector to always score this request
 RAGTRACE_CONTEXTS = "ragtrace.generator.contexts"  # JSON list of context strings given to the generator
+# list[str]: "<span id, 16 hex>:<index>" per context, the document of that span (same trace) the context is
+RAGTRACE_CONTEXT_DOCUMENTS = "ragtrace.generator.context_documents"
 RAGTRACE_TIME_PER_OUTPUT_TOKEN = "ragtrace.response.time_per_output_token"  # seconds
 RAGTRACE_TPOT_BASIS = "ragtrace.response.time_per_output_token.basis"  # "tokens" | "chunks"
 RAGTRACE_CHUNK_COUNT = "ragtrace.response.chunk_count"
 RAGTRACE_STREAM_ABANDONED = "ragtrace.stream.abandoned"
 RAGTRACE_TRUNCATED = "ragtrace.truncated"  # bool: some attribute was shortened or dropped
-RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the per-span cap
+RAGTRACE_DOCUMENTS_TOTAL = "ragtrace.retrieval.documents_total"  # before the per-span cap; only when above it
 # End-user feedback (ragtrace.feedback()): one small span in the trace it is about, role "feedback"; the collector
 # stores it as a label and never assembles it into a record
 ROLE_FEEDBACK = "feedback"

@@ -34,6 +34,7 @@ from . import attributes as A
 from . import safety
 from .config import REDACTED, SETTINGS
 from .recording import (
+    LEDGER,
     AttrWriter,
     _json,
     clean_json,
@@ -44,6 +45,7 @@ from .recording import (
     write_documents,
     write_llm_response,
     write_messages,
+    write_output_documents,
     write_prompt,
     write_retrieval_output,
     write_system,
@@ -279,12 +281,15 @@ class _Spec:
         capture = s.capture_content if self.capture is None else self.capture
         span = s.tracer.start_span(self.name, kind=self.kind)
         ctx = set_span_in_context(span)
+        ledger_span = span  # the outermost pipeline forgets its trace's documents when it ends (DocumentLedger)
         if self.is_pipeline:
+            if get_value(PIPELINE_SPAN_KEY, ctx) is not None:
+                ledger_span = None
             ctx = set_value(PIPELINE_SPAN_KEY, span, ctx)
             ctx = set_value(PIPELINE_NAME_KEY, self.static[A.RAGTRACE_PIPELINE_NAME], ctx)  # for feedback()
         if not span.is_recording():  # no provider yet, or sampled out: read nothing
             return span, ctx, AttrWriter(s, capture, {})
-        w = AttrWriter(s, capture, self.static.copy())
+        w = AttrWriter(s, capture, self.static.copy(), ledger_span)
         try:
             self._read_inputs(w, instance, args, kwargs, capture, s)
         except BaseException as exc:  # a hostile argument: keep the span, with what was read
@@ -307,8 +312,7 @@ class _Spec:
         elif q is not None:
             text = query_text(q)
             if text is not None and capture:
-                w.text(A.INPUT_VALUE, text)
-                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
+                w.text(A.INPUT_VALUE, text)  # text: OpenInference's default mime type, not written
                 if role == A.ROLE_RETRIEVER:
                     attrs[A.GEN_AI_RETRIEVAL_QUERY_TEXT] = attrs.get(A.INPUT_VALUE, "")
                 elif role == A.ROLE_RERANKER:
@@ -363,29 +367,23 @@ class _Spec:
                     attrs[A.LLM_PROVIDER] = p
         if not capture:
             return
-        contexts: list[str] = []
-        encoded: list[str] = []
         if self.contexts is not None:
             c = self.contexts.get(bound, args, kwargs)
             if c is not None:
-                contexts, encoded = write_contexts(w, c, s.max_documents)
+                write_contexts(w, c, s.max_documents)
         first = 0
         if self.system is not None:
             system = self.system.get(bound, args, kwargs)
             if isinstance(system, str) and system:
                 first = write_system(w, system)
+        # the input is the messages (OpenInference and GenAI), not again in input.value
         msgs = self.messages.get(bound, args, kwargs) if self.messages is not None else None
         if isinstance(msgs, (list, tuple)):
-            if write_messages(w, msgs, first):
-                w.put(A.INPUT_VALUE, attrs[A.GEN_AI_INPUT_MESSAGES])
-                attrs[A.INPUT_MIME_TYPE] = A.MIME_JSON
+            write_messages(w, msgs, first)
         else:
             text = query_text(q) if q is not None else None
             if text is not None:
-                w.text(A.INPUT_VALUE, text)
-                attrs[A.INPUT_MIME_TYPE] = A.MIME_TEXT
-            # the model's input as the app gave it (the contexts, the prompt), where no messages show it
-            write_prompt(w, attrs.get(A.INPUT_VALUE) if text is not None else None, contexts, encoded, first)
+                write_prompt(w, text, first)
 
     # --- call end ---------------------------------------------------------------------------
     def output_attributes(self, result: Any, w: AttrWriter) -> dict:
@@ -396,20 +394,22 @@ class _Spec:
         if role == A.ROLE_RETRIEVER:
             write_retrieval_output(w, result, s.max_documents)
         elif role == A.ROLE_RERANKER:
-            write_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, result, s.max_documents)
+            write_output_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, result, s.max_documents)
         elif role == A.ROLE_GENERATOR:
             write_llm_response(w, read_response(result))
         elif role == A.ROLE_TOOL:
             if capture and result is not None:
                 _tool_output(w, result)
-        elif capture and result is not None:
-            info = read_response(result)
-            text = info.text
-            if text is None and not isinstance(result, (dict, list, tuple)):
-                text = str(result)
-            if text is not None:
-                w.text(A.OUTPUT_VALUE, text)
-                w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
+        else:
+            if role == A.ROLE_PIPELINE and w.span is not None:
+                LEDGER.forget(w.span)
+            if capture and result is not None:
+                info = read_response(result)
+                text = info.text
+                if text is None and not isinstance(result, (dict, list, tuple)):
+                    text = str(result)
+                if text is not None:
+                    w.text(A.OUTPUT_VALUE, text)
         return w.finish()
 
     def stream_finished(self, state: StreamState, error: BaseException | None) -> None:
@@ -442,14 +442,13 @@ class _Spec:
             if role == A.ROLE_RETRIEVER:
                 write_retrieval_output(w, state.chunks, s.max_documents)
             else:
-                write_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, state.chunks, s.max_documents)
+                write_output_documents(w, A.RERANKER_OUTPUT_DOCUMENTS, state.chunks, s.max_documents)
         else:
             info = read_chunks(state.chunks)
             if role == A.ROLE_GENERATOR:
                 write_llm_response(w, info)
             elif capture and info.text is not None:
                 w.text(A.OUTPUT_VALUE, info.text)
-                w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
             if info.usage is not None:
                 out_tokens = info.usage.output_tokens
         w.attrs.update(state.stream_attributes(out_tokens, failed))
@@ -466,7 +465,6 @@ def _tool_output(w: AttrWriter, result: Any) -> None:
         return
     if type(holder[0]) is str:
         w.put(A.OUTPUT_VALUE, holder[0])
-        w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
     else:
         w.put(A.OUTPUT_VALUE, w.attrs[A.GEN_AI_TOOL_CALL_RESULT])
         w.attrs[A.OUTPUT_MIME_TYPE] = A.MIME_JSON

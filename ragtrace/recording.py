@@ -14,7 +14,7 @@ from opentelemetry.attributes import BoundedAttributes
 
 from . import attributes as A
 from . import safety
-from .documents import Doc, read_documents, texts_of
+from .documents import Doc, as_document_list, read_document, read_documents, texts_of
 from .usage import ResponseInfo, Usage
 
 # Precomputed attribute keys for the first documents (the hot path formats no strings).
@@ -81,18 +81,20 @@ def _json_str(s: str) -> str:
 class AttrWriter:
     """Collects one span's attributes under the size and privacy rules."""
 
-    __slots__ = ("attrs", "capture", "left", "max_len", "redact", "truncated")
+    __slots__ = ("attrs", "capture", "left", "max_len", "redact", "span", "truncated")
 
-    def __init__(self, settings: Any, capture: bool, attrs: dict) -> None:
+    def __init__(self, settings: Any, capture: bool, attrs: dict, span: Any = None) -> None:
         self.attrs = attrs
+        self.span = span  # the span written to: its ids place recorded documents (see DocumentLedger)
         self.left = settings.max_span_chars
         self.max_len = settings.max_attribute_length
         self.redact = settings.redact
         self.truncated = False
         self.capture = capture
 
-    def text(self, key: str, s: str) -> None:
-        """Write a text value (content): redacted, capped, charged to the span budget."""
+    def text(self, key: str, s: str) -> bool:
+        """Write a text value (content): redacted, capped, charged to the span budget; whether it was written
+        whole (not cut, not dropped)."""
         r = self.redact
         if r is not None:
             try:
@@ -103,21 +105,25 @@ class AttrWriter:
                 safety.reraise_interrupt(exc)
                 safety.report("redact", exc)
                 self.truncated = True
-                return
+                return False
         n = len(s)
+        whole = True
         if n > self.max_len:
             s = s[: self.max_len]
             n = self.max_len
             self.truncated = True
+            whole = False
         left = self.left
         if n > left:
             self.truncated = True
             if left <= 0:
-                return
+                return False
             s = s[:left]
             n = left
+            whole = False
         self.left = left - n
         self.attrs[key] = s
+        return whole
 
     def clean(self, s: str) -> str | None:
         """``s`` redacted and cut to the attribute cap, not yet charged to the span budget (text that goes
@@ -225,33 +231,145 @@ def write_documents(w: AttrWriter, prefix: str, result: Any, limit: int) -> tupl
     return docs, total
 
 
-def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
-    """The retriever's documents (OpenInference), the total count, and the GenAI summary: per document its id,
-    else its recorded content, and its score when known. No summary when a document has neither id nor recorded
-    content: an entry naming no document (``{}``, ``{"score": ...}``) makes readers drop the whole list."""
-    docs, total = write_documents(w, A.RETRIEVAL_DOCUMENTS, result, limit)
+def write_output_documents(
+    w: AttrWriter, prefix: str, result: Any, limit: int, summary: list[str] | None = None
+) -> tuple[int, int]:
+    """The documents a retriever or reranker returned (as :func:`write_documents`), each text its one copy on the
+    wire: what went out whole is remembered (:data:`LEDGER`) for a generator given the same texts to refer to.
+    ``summary`` gets each document's GenAI entry (id and score), up to the first document without an id.
+    Returns how many documents were written and how many there were."""
+    items = as_document_list(result)
+    if not items:
+        return 0, 0
+    total = len(items)
+    if total > limit:
+        items = items[:limit]
+    keys = doc_keys(prefix, len(items))
     attrs = w.attrs
-    attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
-    entries = []
-    text = 0  # characters of content the summary repeats: charged to the span's text budget
-    for i, d in enumerate(docs):
-        did = d.id
-        if did is not None:
-            head = '{"id":' + _json_str(did)
+    capture = w.capture
+    text = w.text
+    sent: list[str | None] = []
+    named = summary is not None
+    for i, obj in enumerate(items):
+        # the usual plain dict (str content and id, finite float score, dict metadata or none) is read as it is;
+        # any other shape by read_document, which searches the other key names
+        if type(obj) is dict:
+            content = obj.get("content")
+            did = obj.get("id")
+            score = obj.get("score")
+            meta = obj.get("metadata")
+            if not (
+                type(content) is str
+                and type(did) is str
+                and type(score) is float
+                and score - score == 0.0
+                and (meta is None or type(meta) is dict)
+            ):
+                did, content, score, meta = read_document(obj)
         else:
-            content = attrs.get(doc_keys(A.RETRIEVAL_DOCUMENTS, i + 1)[i][1])  # redacted and capped already
-            if content is None:
-                return
-            text += len(content)
-            head = '{"content":' + _json_str(content)
-        score = d.score
-        entries.append(f'{head},"score":{score!r}}}' if score is not None else head + "}")
+            did, content, score, meta = read_document(obj)
+        k_id, k_content, k_score, k_meta = keys[i]
+        if did is not None:
+            attrs[k_id] = did
+            if named:
+                head = '{"id":' + _json_str(did)
+                summary.append(f'{head},"score":{score!r}}}' if score is not None else head + "}")  # type: ignore[union-attr]
+        else:
+            named = False
+        if score is not None:
+            attrs[k_score] = score
+        if capture:
+            sent.append(content if content and text(k_content, content) else None)
+            if meta:
+                text(k_meta, _json(meta))
+    if total > len(items):
+        w.truncated = True
+    if sent and w.span is not None:
+        LEDGER.remember(w.span, sent)
+    return len(items), total
+
+
+def write_retrieval_output(w: AttrWriter, result: Any, limit: int) -> None:
+    """The retriever's documents (OpenInference, their one copy), the total count, and the GenAI summary: each
+    document's id and, when known, its score. No summary when a document has no id: GenAI names a document by
+    its id, and writing its content there would send the text twice."""
+    entries: list[str] = []
+    n, total = write_output_documents(w, A.RETRIEVAL_DOCUMENTS, result, limit, entries)
+    attrs = w.attrs
+    if total > n:  # else it is the number of documents the span holds
+        attrs[A.RAGTRACE_DOCUMENTS_TOTAL] = total
+    if len(entries) < n:
+        return
     summary = "[" + ",".join(entries) + "]"
-    if len(summary) <= w.max_len and text <= w.left:
-        w.left -= text
+    if len(summary) <= w.max_len:
         attrs[A.GEN_AI_RETRIEVAL_DOCUMENTS] = summary
     else:  # never cut: a cut JSON list is unreadable
         w.truncated = True
+
+
+class DocumentLedger:
+    """The document texts recent spans sent, by trace, so that a generator given the same texts refers to them
+    (``ragtrace.generator.context_documents``) rather than sending them again.
+
+    A text is matched by identity first (an app hands its retriever's strings on), else by equality. Only texts
+    sent whole are held (each within the attribute cap), for at most ``cap`` traces: the oldest are forgotten
+    first, and an outermost pipeline forgets its trace when it ends, so a pipeline app holds only its requests in
+    flight. A generator whose texts are not all found writes them (``ragtrace.generator.contexts``): forgetting
+    costs bytes, never correctness."""
+
+    __slots__ = ("cap", "traces")
+
+    def __init__(self, cap: int = 256) -> None:
+        self.cap = cap
+        # trace id -> [(span id, texts in document order: None where a text did not go out whole)]
+        self.traces: dict[int, list[tuple[int, list[str | None]]]] = {}
+
+    def remember(self, span: Any, texts: list[str | None]) -> None:
+        ctx = span.get_span_context()
+        traces = self.traces
+        found = traces.get(ctx.trace_id)
+        if found is not None:
+            found.append((ctx.span_id, texts))
+            return
+        traces[ctx.trace_id] = [(ctx.span_id, texts)]
+        if len(traces) > self.cap:
+            try:
+                del traces[next(iter(traces))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread changed it first
+                pass
+
+    def refer(self, span: Any, texts: list[str]) -> tuple[str, ...] | None:
+        """``"<span id>:<index>"`` for each text, naming the document of a span in this trace that sent it (the
+        latest such span); None unless every text was found."""
+        found = self.traces.get(span.get_span_context().trace_id)
+        if not found or not texts:
+            return None
+        by_id: dict[int, tuple[str, str]] = {}
+        for sid, sent in found:
+            hexid = f"{sid:016x}"
+            for i, t in enumerate(sent):
+                if t is not None:
+                    by_id[id(t)] = (t, f"{hexid}:{i}")
+        refs = []
+        by_text: dict[str, str] | None = None
+        for t in texts:
+            hit = by_id.get(id(t))
+            if hit is not None and hit[0] is t:
+                refs.append(hit[1])
+                continue
+            if by_text is None:
+                by_text = {sent_text: ref for sent_text, ref in by_id.values()}
+            ref = by_text.get(t)
+            if ref is None:
+                return None
+            refs.append(ref)
+        return tuple(refs)
+
+    def forget(self, span: Any) -> None:
+        self.traces.pop(span.get_span_context().trace_id, None)
+
+
+LEDGER = DocumentLedger()
 
 
 # LangChain message types -> chat roles (other types are kept as they are)
@@ -366,53 +484,60 @@ def write_messages(w: AttrWriter, messages: Any, first: int = 0) -> bool:
     return w.json_value(A.GEN_AI_INPUT_MESSAGES, b.messages, b.texts)
 
 
-def write_prompt(w: AttrWriter, prompt: str | None, contexts: list[str], encoded: list[str], first: int = 0) -> None:
-    """A generator given a prompt (and contexts) rather than messages: one user message, the contexts as the
-    app passed them then the prompt, so readers see what the model was given. Texts arrive already clean,
-    the contexts with their JSON literals (``encoded``)."""
-    texts = [*contexts, prompt] if prompt is not None else contexts
+def write_prompt(w: AttrWriter, prompt: str, first: int = 0) -> None:
+    """A generator given a prompt (and contexts) rather than messages: the prompt as one user message, in
+    ``llm.input_messages`` and ``gen_ai.input.messages``. The contexts are not embedded in it: the prompt the model
+    was sent is not known (the app builds it inside), and the contexts are sent once already, as documents or
+    ``ragtrace.generator.contexts``."""
+    clean = w.clean(prompt)
+    if clean is None:
+        return
+    s = '[{"role":"user","parts":[{"type":"text","content":' + _json_str(clean) + "}]}]"
+    if len(s) <= w.max_len and len(s) + len(clean) <= w.left:  # the usual case
+        w.left -= len(s) + len(clean)
+        w.attrs[A.GEN_AI_INPUT_MESSAGES] = s
+        w.attrs[A.message_attr(first, "role")] = "user"
+        w.attrs[A.message_attr(first, "content")] = clean
+        return
+    part = {"type": "text", "content": clean}
+    if w.json_value(A.GEN_AI_INPUT_MESSAGES, [{"role": "user", "parts": [part]}], [(part, "content")]):
+        _write_oi_message(w, first, "user", part["content"])
+
+
+def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> None:
+    """The contexts a generator was given, once: ``ragtrace.generator.context_documents`` when each is a document
+    a span of this trace sent (:class:`DocumentLedger`), else their texts in ``ragtrace.generator.contexts``
+    (redacted and capped; none if the hook failed)."""
+    texts = texts_of(contexts, limit)
     if not texts:
         return
-    _write_oi_message(w, first, "user", "\n\n".join(texts))
-    literals = [*encoded, _json_str(prompt)] if prompt is not None else encoded
-    s = '[{"role":"user","parts":[' + ",".join(['{"type":"text","content":' + e + "}" for e in literals]) + "]}]"
-    if len(s) <= w.max_len and len(s) <= w.left:  # the usual case, without encoding the texts again
-        w.left -= len(s)
-        w.attrs[A.GEN_AI_INPUT_MESSAGES] = s
-        return
-    parts = [{"type": "text", "content": t} for t in texts]
-    w.json_value(A.GEN_AI_INPUT_MESSAGES, [{"role": "user", "parts": parts}], [(p, "content") for p in parts])
-
-
-def write_contexts(w: AttrWriter, contexts: Any, limit: int) -> tuple[list[str], list[str]]:
-    """``ragtrace.generator.contexts``; returns the texts, redacted and capped (none if the hook failed), and
-    their JSON string literals (encoded once: they are written again as the generator's input)."""
-    texts = texts_of(contexts, limit)
-    encoded: list[str] = []
-    if texts:
-        r = w.redact
-        if r is not None:
-            try:
-                texts = [r(t) for t in texts]
-                if any(type(t) is not str for t in texts):
-                    raise TypeError("redaction hook returned a non-str value")
-            except BaseException as exc:  # a broken hook must not leak unredacted text
-                safety.reraise_interrupt(exc)
-                safety.report("redact", exc)
-                w.truncated = True
-                return [], []
-        cap = w.max_len
-        if any(len(t) > cap for t in texts):
-            texts = [t[:cap] for t in texts]
-            w.truncated = True
-        # already redacted: charge the budget without running the hook twice
-        saved, w.redact = w.redact, None
+    if w.span is not None:
+        refs = LEDGER.refer(w.span, texts)
+        if refs is not None:
+            w.attrs[A.RAGTRACE_CONTEXT_DOCUMENTS] = refs
+            return
+    r = w.redact
+    if r is not None:
         try:
-            encoded = [_json_str(t) for t in texts]
-            w.text(A.RAGTRACE_CONTEXTS, "[" + ",".join(encoded) + "]")
-        finally:
-            w.redact = saved
-    return texts, encoded
+            texts = [r(t) for t in texts]
+            if any(type(t) is not str for t in texts):
+                raise TypeError("redaction hook returned a non-str value")
+        except BaseException as exc:  # a broken hook must not leak unredacted text
+            safety.reraise_interrupt(exc)
+            safety.report("redact", exc)
+            w.truncated = True
+            return
+    cap = w.max_len
+    if any(len(t) > cap for t in texts):
+        texts = [t[:cap] for t in texts]
+        w.truncated = True
+    s = "[" + ",".join([_json_str(t) for t in texts]) + "]"
+    if len(s) <= cap and len(s) <= w.left:  # the usual case
+        w.left -= len(s)
+        w.attrs[A.RAGTRACE_CONTEXTS] = s
+    else:  # shortened texts, never a cut (unreadable) JSON list
+        places: list[tuple[Any, Any]] = [(texts, i) for i in range(len(texts))]
+        w.json_value(A.RAGTRACE_CONTEXTS, texts, places)
 
 
 def write_usage(attrs: dict, usage: Usage | None) -> None:
@@ -471,7 +596,6 @@ def write_llm_response(w: AttrWriter, info: ResponseInfo) -> None:
         out = attrs.get(A.OUTPUT_VALUE)
         if out is None:
             return
-        attrs[A.OUTPUT_MIME_TYPE] = A.MIME_TEXT
         part = {"type": "text", "content": out}
         message: dict[str, Any] = {"role": "assistant", "parts": [part]}
         if info.finish_reasons:

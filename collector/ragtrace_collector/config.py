@@ -213,10 +213,13 @@ def _strong_token(where: str, value: str) -> str:
 
 
 class LimitsConfig(_Section):
-    max_request_bytes: int = 4 * 1024 * 1024  # decompressed body; larger → HTTP 413 / gRPC RESOURCE_EXHAUSTED
-    max_pending_requests: int = 16  # whole OTLP requests being decoded at once; above → 503 / RESOURCE_EXHAUSTED
-    max_loop_lag_seconds: float | None = 0.5  # event-loop lag / record backlog above which requests are shed
-    retry_after_seconds: int = 1
+    # decompressed body; larger → HTTP 413 / gRPC RESOURCE_EXHAUSTED
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    # whole OTLP requests being decoded at once; above → 503 / RESOURCE_EXHAUSTED
+    max_pending_requests: int = Field(default=16, ge=1)
+    # event-loop lag / record backlog above which requests are shed; None: never
+    max_loop_lag_seconds: float | None = Field(default=0.5, gt=0)
+    retry_after_seconds: int = Field(default=1, ge=0)
     # A connection must deliver a request's headers within this of opening or of its previous reply (idle
     # keep-alive connections are closed after it too); a body gets this long, plus its size at the rate below
     read_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -235,12 +238,12 @@ class LimitsConfig(_Section):
 
 
 class AssemblyConfig(_Section):
-    grace_seconds: float = 2.0  # after the root span ended, wait this long for stragglers
-    max_wait_seconds: float = 60.0  # complete a trace this long after its first span regardless
-    max_inflight_traces: int = 20_000
-    max_inflight_bytes: int = 256 * 1024 * 1024
-    late_span_memory: int = 100_000  # completed trace ids remembered to recognise late spans
-    sweep_interval_seconds: float = 0.2
+    grace_seconds: float = Field(default=2.0, ge=0)  # after the root span ended, wait this long for stragglers
+    max_wait_seconds: float = Field(default=60.0, gt=0)  # complete a trace this long after its first span regardless
+    max_inflight_traces: int = Field(default=20_000, ge=1)
+    max_inflight_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    late_span_memory: int = Field(default=100_000, ge=0)  # completed trace ids remembered to recognise late spans
+    sweep_interval_seconds: float = Field(default=0.2, gt=0)
     shared_state: str | None = None  # redis://... shares in-flight traces between receivers (scale-out)
     # shared_state only: a trace a receiver popped stays claimed in Redis until its record is queued; a claim older
     # than this (the receiver was killed in between) is popped again by any receiver. Longer than a sweep's puts
@@ -261,15 +264,15 @@ class AssemblyConfig(_Section):
 
 class AlwaysSampleConfig(_Section):
     errors: bool = True
-    slower_than_seconds: float | None = None
+    slower_than_seconds: float | None = Field(default=None, ge=0)
     top_score_below: float | None = None
     with_reference: bool = True
     flagged: bool = True
 
 
 class BudgetConfig(_Section):
-    records_per_minute: float | None = None
-    judge_tokens_per_hour: float | None = None
+    records_per_minute: float | None = Field(default=None, ge=0)  # None: no bound
+    judge_tokens_per_hour: float | None = Field(default=None, ge=0)
 
 
 class SamplingConfig(_Section):
@@ -298,7 +301,7 @@ class QueueConfig(_Section):
     main_key: ClassVar[str | None] = "url"
 
     url: str | None = None  # None → sqlite:///<data_dir>/queue.sqlite
-    max_depth: int = 10_000
+    max_depth: int = Field(default=10_000, ge=1)
     # Redis queue only: where a receiver holds sampled records while Redis is unreachable, a SQLite file
     # that outlives the process (None → <data_dir>/redis-spill.sqlite) or "memory"
     spill: str | None = None
@@ -312,7 +315,7 @@ class JudgeConfig(_Section):
     api_key: str | None = None
     embedding_model: str | None = None  # litellm embedding model for the LLM judge; None: the local ONNX embedder
     concurrency: int = Field(default=4, ge=1)
-    timeout_seconds: float = 30.0
+    timeout_seconds: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     max_tokens: int = Field(default=4096, ge=1)  # completion bound sent with every LLM judge request
     max_reply_chars: int = Field(default=100_000, ge=1)  # longer judge replies are refused (an error), never stored
@@ -465,13 +468,22 @@ class ScoringOptionsConfig(_Section):
 
 class ScoringConfig(_Section):
     concurrency: int = Field(default=4, ge=1)  # records scored at once
-    lease_seconds: float = 120.0
+    lease_seconds: float = Field(default=120.0, gt=0)
     metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))
     pipelines: dict[str, list[str]] = Field(default_factory=dict)
     options: ScoringOptionsConfig = Field(default_factory=ScoringOptionsConfig)
     # judge outage: the worker pauses this long (doubling up to the max) and leaves records queued
-    backoff_initial_seconds: float = 1.0
-    backoff_max_seconds: float = 30.0
+    backoff_initial_seconds: float = Field(default=1.0, gt=0)
+    backoff_max_seconds: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backoff_grows(self) -> ScoringConfig:
+        if self.backoff_max_seconds < self.backoff_initial_seconds:
+            raise ValueError(
+                f"backoff_max_seconds ({self.backoff_max_seconds}) is below backoff_initial_seconds"
+                f" ({self.backoff_initial_seconds})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _metrics_have_their_options(self) -> ScoringConfig:

@@ -42,9 +42,12 @@ SETUPS: dict[str, str] = {
     "tl_llamaindex": "traceloop",
     "openlit_qdrant": "openlit",
     "openlit_langchain": "openlit",
+    "openlit_scored": "openlit",
     "langfuse_observe": "langfuse",
+    "langfuse_langchain": "langfuse",
     "otel_genai_events": "otel_genai",
     "otel_genai_spans": "otel_genai",
+    "otel_genai_message_events": "otel_genai_message_events",
 }
 _VERSIONED = (
     "opentelemetry",

@@ -183,7 +183,7 @@ def fields_line(setup: str, records: list[Record], received: float) -> str:
         return f"{n}/{REQUESTS}"
 
     return (
-        f"{setup:20} {received / REQUESTS:>7.2f} {of_six(sum(r.question in questions for r in records)):>5} "
+        f"{setup:26} {received / REQUESTS:>7.2f} {of_six(sum(r.question in questions for r in records)):>5} "
         f"{ctx:>5} {of_six(sum(r.answer in answers for r in records)):>6} {of_six(sum(bool(r.model) for r in records)):>5} "
         f"{of_six(sum(r.tokens for r in records)):>6} {f'{ttft}/{STREAMED}':>5}"
     )
@@ -242,7 +242,7 @@ def scores_line(setup: str, records: list[Record], metrics: list[str], diffs: li
     asked = by_question(records)
     faith = " ".join(f"{_fmt(asked[i].scores.get('faithfulness') if i in asked else None):>4}" for i in range(REQUESTS))
     means = " ".join(f"{_fmt(mean(records, m)):>{len(_SHORT.get(m, m))}}" for m in metrics)
-    return f"{setup:20} {faith} | {means} | {'no' if diffs else 'yes'}"
+    return f"{setup:26} {faith} | {means} | {'no' if diffs else 'yes'}"
 
 
 # --- main ----------------------------------------------------------------------------------------------------
@@ -277,12 +277,12 @@ def report(port: int, setups: list[str]) -> int:
     baseline = records[BASELINE]
     seen = {m for r in baseline for m in r.scores}
     metrics = [m for m in _SHORT if m in seen] + sorted(seen - set(_SHORT))
-    print(f"{'setup':20} {'rec/req':>7} {'query':>5} {'ctx':>5} {'answer':>6} {'model':>5} {'tokens':>6} {'TTFT':>5}")
+    print(f"{'setup':26} {'rec/req':>7} {'query':>5} {'ctx':>5} {'answer':>6} {'model':>5} {'tokens':>6} {'TTFT':>5}")
     for s in setups:
         print(fields_line(s, records[s], received[s]))
     print()
     faith_head = " ".join(f"{f'q{i}':>4}" for i in range(REQUESTS))
-    print(f"{'faithfulness by q':20} {faith_head} | {' '.join(_SHORT.get(m, m) for m in metrics)} | = baseline")
+    print(f"{'faithfulness by q':26} {faith_head} | {' '.join(_SHORT.get(m, m) for m in metrics)} | = baseline")
     diffs = {s: differences(records[s], baseline) for s in setups}
     for s in setups:
         print(scores_line(s, records[s], metrics, diffs[s]))

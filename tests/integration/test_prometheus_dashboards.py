@@ -167,7 +167,16 @@ def scenario(tmp_path_factory):
             elif fired_prom is not None:
                 break
         review_a_sample(collector.metrics_url.removesuffix("/metrics"))
-        time.sleep(2.0)  # a last scrape after the alert (and the reviews)
+        # until Prometheus has scraped the agreement the reviews made, then a few scrapes more: the range queries
+        # below step every 2 s, and one point at the very end of the range is missed
+        wait_until(
+            lambda: prom.query('ragtrace_judge_agreement{population="sample",statistic="kappa"}'),
+            30,
+            "the judge-vs-reviewers agreement in Prometheus",
+            prom.proc,
+            prom.log_path,
+        )
+        time.sleep(5.0)
         end = time.time()
         out.update(
             prom=prom,

@@ -82,7 +82,10 @@ def test_sync_pipeline_nests_retriever_and_streaming_generator(spans):
     g = dict(gen.attributes)
     assert g[A.RAGTRACE_SPAN_ROLE] == "generator" and g[A.OPENINFERENCE_SPAN_KIND] == "LLM"
     assert g[A.GEN_AI_REQUEST_MODEL] == "openai/gpt-4o-mini" and g[A.GEN_AI_PROVIDER_NAME] == "openai"
-    assert json.loads(g[A.RAGTRACE_CONTEXTS]) == ["passage 0", "passage 1"]
+    # the contexts are the retriever's documents: referred to, not sent again
+    sid = f"{ret.context.span_id:016x}"
+    assert g[A.RAGTRACE_CONTEXT_DOCUMENTS] == (f"{sid}:0", f"{sid}:1") and A.RAGTRACE_CONTEXTS not in g
+    assert g[A.message_attr(0, "content")] == "capital of France?" and A.INPUT_VALUE not in g
     assert g[A.OUTPUT_VALUE] == "Paris is the capital."
     assert g[A.GEN_AI_REQUEST_STREAM] is True and g[A.RAGTRACE_CHUNK_COUNT] == 4
 
@@ -95,7 +98,7 @@ async def test_async_pipeline_with_async_function_and_async_generator(spans):
     g = dict(gen.attributes)
     assert g[A.OUTPUT_VALUE] == "abc" and g[A.RAGTRACE_CHUNK_COUNT] == 3
     assert g[A.GEN_AI_PROVIDER_NAME] == "acme"
-    assert json.loads(g[A.RAGTRACE_CONTEXTS]) == ["one", "two"]
+    assert g[A.RAGTRACE_CONTEXT_DOCUMENTS] == tuple(f"{ret.context.span_id:016x}:{i}" for i in range(2))
 
 
 class Service:
@@ -137,7 +140,7 @@ async def test_methods_classmethods_staticmethods(spans):
     assert Service.retrieve(svc, "unbound") == ["doc for unbound"]
     assert spans.attrs("svc")[A.INPUT_VALUE] == "x"
     gen = spans.attrs("Service.generate")
-    assert gen[A.INPUT_VALUE] == "hi" and gen[A.OUTPUT_VALUE] == "HI"
+    assert gen[A.message_attr(0, "content")] == "hi" and gen[A.OUTPUT_VALUE] == "HI"
     assert gen[A.GEN_AI_REQUEST_MODEL] == "svc-model"
     assert spans.attrs("cls_retrieve")[A.INPUT_VALUE] == "q"
     assert spans.attrs("static_retrieve")[A.INPUT_VALUE] == "ab"

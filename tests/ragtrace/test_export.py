@@ -71,7 +71,8 @@ def test_spans_reach_a_real_otlp_receiver(sink, restore_settings, protocol):
     assert ta[A.document_attr(0, "score")] == 0.9 and ta[A.GEN_AI_DATA_SOURCE_ID] == "kb"
     assert json.loads(ta[A.document_attr(0, "metadata")]) == {"lang": "en"}
     assert ga[A.GEN_AI_REQUEST_STREAM] is True and ga[A.RAGTRACE_CHUNK_COUNT] == 2
-    assert json.loads(ga[A.RAGTRACE_CONTEXTS]) == ["Paris is the capital of France."]
+    assert ga[A.RAGTRACE_CONTEXT_DOCUMENTS] == [ret["span_id"] + ":0"] and A.RAGTRACE_CONTEXTS not in ga
+    assert ta[A.document_attr(0, "content")] == "Paris is the capital of France."
     assert ga[A.OUTPUT_VALUE] == "Paris."
     assert handle.stats()["spans_exported"] == 3
 

@@ -144,7 +144,7 @@ def test_stream_chunks_that_break_the_reader(spans):
     out = list(tokens("p"))
     assert out[0] == "a" and out[2] == "b"
     a = spans.attrs("tokens")
-    assert a[A.INPUT_VALUE] == "p"  # inputs and timing kept though the output could not be read
+    assert a[A.message_attr(0, "content")] == "p"  # inputs and timing kept though the output could not be read
     assert a[A.RAGTRACE_CHUNK_COUNT] == 3 and A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK in a
     assert safety.internal_errors().get("stream.output", 0) == 1
 

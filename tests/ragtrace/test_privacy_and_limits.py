@@ -103,7 +103,8 @@ def test_redaction_regex_list_runs_on_every_text(spans):
         for v in dict(s.attributes).values():
             assert "secret" not in str(v) and "1234-5678" not in str(v)
     assert spans.attrs("p")[A.INPUT_VALUE] == "my [REDACTED] card [REDACTED]"
-    assert json.loads(spans.attrs("generate")[A.RAGTRACE_CONTEXTS]) == ["[REDACTED] passage"]
+    assert spans.attrs("retrieve")[A.document_attr(0, "content")] == "[REDACTED] passage"
+    assert len(spans.attrs("generate")[A.RAGTRACE_CONTEXT_DOCUMENTS]) == 1  # that document, not sent again
     assert spans.attrs("p")[A.RAGTRACE_REFERENCE] == "[REDACTED] reference"
 
 

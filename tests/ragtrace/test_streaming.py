@@ -293,7 +293,7 @@ def test_retriever_generator_of_documents(spans):
 
     assert len(list(docs("q"))) == 2
     a = spans.attrs("docs")
-    assert a[A.document_attr(1, "id")] == "b" and a[A.RAGTRACE_DOCUMENTS_TOTAL] == 2
+    assert a[A.document_attr(1, "id")] == "b" and A.RAGTRACE_DOCUMENTS_TOTAL not in a  # both recorded
 
 
 async def test_async_stream_dropped_without_aclose_is_ended(spans):

@@ -308,3 +308,73 @@ def test_explorer_trace_links_must_be_urls_naming_the_trace():
             load_config(overrides={"explorer": {"trace_links": {"x": bad}}}, environ={})
     env = load_config(environ={"RAGTRACE_EXPORT__RESULTS_RETENTION__MAX_AGE_HOURS": "null"})
     assert env.export.results_retention.max_age_hours is None
+
+
+# Numbers bounded by a validator of their own rather than by ge/gt: a sampling rate, a vote count, score limits.
+_VALIDATED_NUMBERS = {
+    "sampling.rate",
+    "sampling.pipelines",
+    "scoring.options.answer_correctness_weights",
+    "sampling.always.top_score_below",
+    "scoring.options.safety_votes",
+    "scoring.options.geval.min_score",
+    "scoring.options.geval.max_score",
+}
+
+
+def _numbers(model: type[pydantic.BaseModel], prefix: str = ""):
+    """Every int or float leaf of the config tree, with the lower bound it declares (None: none)."""
+    from ragtrace_collector.config import _section_of
+
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        section = _section_of(field.annotation)
+        if section is not None:
+            yield from _numbers(section, path + ".")
+            continue
+        args = getattr(field.annotation, "__args__", (field.annotation,))
+        if not any(a in (int, float) for a in args) or any(a is bool for a in args):
+            continue
+        bound = next((m for m in field.metadata if hasattr(m, "ge") or hasattr(m, "gt")), None)
+        yield path, bound
+
+
+def test_every_number_in_the_config_has_a_lower_bound():
+    """No negative interval, depth, size or count gets past the model (issue 34): each component is built from a
+    section that is valid as a whole."""
+    unbounded = [path for path, bound in _numbers(CollectorConfig) if bound is None and path not in _VALIDATED_NUMBERS]
+    assert unbounded == []
+    assert len(list(_numbers(CollectorConfig))) > 50  # the walk reaches the whole tree
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("assembly.sweep_interval_seconds", 0),
+        ("assembly.grace_seconds", -1),
+        ("assembly.max_inflight_traces", 0),
+        ("queue.max_depth", -5),
+        ("scoring.lease_seconds", -1),
+        ("scoring.backoff_initial_seconds", 0),
+        ("limits.max_loop_lag_seconds", -0.5),
+        ("limits.retry_after_seconds", -1),
+        ("sampling.budget.records_per_minute", -10),
+        ("judge.timeout_seconds", 0),
+    ],
+)
+def test_a_negative_interval_or_depth_is_one_line_naming_the_key(key, value):
+    section, _, leaf = key.rpartition(".")
+    overrides: dict = {}
+    node = overrides
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    with pytest.raises(pydantic.ValidationError) as caught:
+        load_config(overrides=overrides, environ={})
+    line = describe_error(caught.value)
+    assert line.startswith(f"{key}: Input should be greater than") and "\n" not in line
+
+
+def test_the_backoff_may_not_shrink():
+    with pytest.raises(pydantic.ValidationError, match="backoff_max_seconds"):
+        load_config(overrides={"scoring": {"backoff_initial_seconds": 10, "backoff_max_seconds": 1}}, environ={})

@@ -92,6 +92,17 @@ def openinference_langchain() -> list[Spec]:
     ]
 
 
+def openinference_unlabelled_prompt() -> list[Spec]:
+    """The chain of :func:`openinference_langchain` with its passages looked up outside any traced retriever and
+    pasted into the system message under no label: no span recorded a retrieval and the prompt labels no passage as
+    context, so the record has no contexts and the completeness log says ``no retriever span found``. (The real
+    captures of bare model calls all label their context block, which the prompt reader now takes.)"""
+    chain, _retriever, llm = openinference_langchain()
+    notes = "Answer using these notes.\n" + "\n".join(text for _, text, _ in DOCS)
+    attributes = {**llm.attributes, "llm.input_messages.0.message.content": notes}
+    return [chain, Spec(llm.name, 0, attributes, duration=llm.duration)]
+
+
 def openinference_llamaindex() -> list[Spec]:
     """A LlamaIndex query engine with a reranker, as openinference-instrumentation-llama-index records it."""
     retriever = {"openinference.span.kind": "RETRIEVER", "input.value": QUESTION}

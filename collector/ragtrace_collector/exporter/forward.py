@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ForwardConfig
 from ragtrace_collector.exporter.sender_loop import SenderLoop, describe_status, read_reply
+from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.urls import mask_credentials, mask_credentials_in
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,10 @@ class _Retry(Exception):
         self.after = after
 
 
-class Forwarder:
-    """Passes OTLP trace requests on to ``endpoint``; :meth:`submit` is the receivers' side and never blocks."""
+class Forwarder(Component):
+    """Passes OTLP trace requests on to ``endpoint``; :meth:`submit` is the receivers' side and never blocks. A
+    :class:`~ragtrace_collector.internal.component.Component`: sending from the moment it is built, ``shutdown``
+    bounded."""
 
     def __init__(
         self,

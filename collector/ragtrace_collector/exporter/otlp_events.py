@@ -44,10 +44,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace import attributes as A
+from ragtrace_collector.config import OtlpEventsConfig
 from ragtrace_collector.exporter.sender_loop import MAX_REPLY_BYTES, describe_status
 from ragtrace_collector.internal.urls import mask_credentials
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult, unsupported_claim_verdicts, unsupported_claims
+from ragtrace_collector.scoring.sink import ResultSink
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +250,8 @@ class _Confirming(LogRecordExporter):
         self.inner.shutdown()
 
 
-class EvaluationEvents:
-    """Sends each metric result as a ``gen_ai.evaluation.result`` event (an OTLP log record) of the scored trace.
+class EvaluationEvents(ResultSink):
+    """A :class:`~ragtrace_collector.scoring.sink.ResultSink` sending each metric result as a ``gen_ai.evaluation.result`` event (an OTLP log record) of the scored trace.
 
     Each event carries :data:`EVALUATION_ID`; outcomes are counted in ``ragtrace_evaluation_events_total{outcome}``
     (``sent``, ``failed``: the endpoint did not take the batch, ``shutdown``: still waiting when a stop ran out of
@@ -297,6 +299,17 @@ class EvaluationEvents:
         )
         self.provider.add_log_record_processor(processor)
         self.logger = self.provider.get_logger(SCOPE)
+
+    @classmethod
+    def from_config(
+        cls, config: OtlpEventsConfig, registry: CollectorRegistry | None = None, confirm: Confirm | None = None
+    ) -> EvaluationEvents:
+        """The sink an ``export.otlp_events`` section asks for (its ``endpoint`` must be set)."""
+        if not config.endpoint:
+            raise ValueError("export.otlp_events.endpoint is not set")
+        return cls(
+            config.endpoint, protocol=config.protocol, headers=dict(config.headers), registry=registry, confirm=confirm
+        )
 
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
         """Queue one event per scored or failed result; returns how many were emitted."""
@@ -359,6 +372,10 @@ class EvaluationEvents:
 
     def flush(self, timeout_millis: int = 5000) -> bool:
         return self.provider.force_flush(timeout_millis)
+
+    def force_flush(self, timeout: float | None = None) -> bool:
+        """Export what the batch processor holds; False when ``timeout`` seconds (None: 30) passed first."""
+        return self.flush(int(1000 * (30.0 if timeout is None else max(0.0, timeout))))
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Send what waits within ``timeout`` (default twice the request timeout), then count what is left as

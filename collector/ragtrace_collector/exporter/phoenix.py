@@ -54,11 +54,13 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 
+from ragtrace_collector.config import PhoenixConfig
 from ragtrace_collector.exporter.otlp_events import explanation, parse_span_id, parse_trace_id
 from ragtrace_collector.exporter.sender_loop import SenderLoop, describe_status, read_reply
 from ragtrace_collector.internal.urls import mask_credentials, mask_credentials_in
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.sink import ResultSink
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +129,8 @@ def trace_annotation(record: RagRecord, result: MetricResult, judge: str, trace_
     return {"trace_id": trace_id, **annotation_data(record, result, judge)}
 
 
-class PhoenixAnnotations:
-    """A :class:`~ragtrace_collector.scoring.worker.ResultSink` posting each score to Phoenix as a span annotation
+class PhoenixAnnotations(ResultSink):
+    """A :class:`~ragtrace_collector.scoring.sink.ResultSink` posting each score to Phoenix as a span annotation
     of the request's root span and a trace annotation of its trace.
 
     At most ``max_pending`` annotations (of both kinds together) wait; later ones are dropped and counted; they
@@ -181,6 +183,23 @@ class PhoenixAnnotations:
         self._sender = SenderLoop("ragtrace-phoenix", self._run, "the phoenix exporter")
         self._wake = self._sender.wake
         self._sender.start()
+
+    @classmethod
+    def from_config(
+        cls, config: PhoenixConfig, registry: CollectorRegistry | None = None, confirm: Confirm | None = None
+    ) -> PhoenixAnnotations:
+        """The sink an ``export.phoenix`` section asks for (its ``endpoint`` must be set)."""
+        if not config.endpoint:
+            raise ValueError("export.phoenix.endpoint is not set")
+        return cls(
+            config.endpoint,
+            api_key=config.api_key,
+            batch_size=config.batch_size,
+            max_pending=config.max_pending,
+            timeout=config.timeout_seconds,
+            registry=registry,
+            confirm=confirm,
+        )
 
     # -- the scoring side (never blocks) ---------------------------------------------------------
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
@@ -236,6 +255,10 @@ class PhoenixAnnotations:
         self._sender.signal()
         with self._cond:
             return self._cond.wait_for(lambda: not self._waiting() and not self._busy, timeout)
+
+    def force_flush(self, timeout: float | None = None) -> bool:
+        """:meth:`flush`, as the sink contract names it (None: a minute)."""
+        return self.flush(60.0 if timeout is None else timeout)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Send what waits (within ``timeout``, default twice the request timeout), count the rest, stop."""

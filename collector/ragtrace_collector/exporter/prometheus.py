@@ -27,6 +27,11 @@ Names (Grafana dashboards and alert rules are written against these):
 * ``ragtrace_queue_depth``, ``ragtrace_queue_oldest_age_seconds``, ``ragtrace_queue_dropped_total``,
   ``ragtrace_queue_corrupt_total`` — read from the queue at scrape time (:func:`watch_queue`).
 
+This module is the one home of ``/metrics``: :class:`MetricsEndpoint` serves the process's one registry (every
+component registers its series there, never in the global one) on ``listen.metrics_port``, with content
+negotiation (:func:`metrics_response`); :class:`EvalMetrics` is the Prometheus
+:class:`~ragtrace_collector.scoring.sink.ResultSink`.
+
 Labels come from bounded sets only: metric names from config, judge names, and service and pipeline names,
 which come from the traffic and so keep at most ``max_services`` / ``max_pipelines`` distinct values (later
 ones are ``other``); the families labelled by them are label sets
@@ -36,19 +41,25 @@ each within ``limits.max_series_per_label_set`` series, idle combinations expiri
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from ragtrace_collector.config import LimitsConfig
+from ragtrace_collector.config import LimitsConfig, ListenConfig
+from ragtrace_collector.internal.component import AsyncComponent
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.queue.base import RecordQueue
+from ragtrace_collector.scoring.sink import ResultSink
 from ragtrace_collector.telemetry.labels import (  # noqa: F401 (UNKNOWN re-exported)
     UNKNOWN,
     BoundedLabel,
@@ -110,8 +121,10 @@ def _is_quality_score(metric: str) -> bool:
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, EvalMetrics] = weakref.WeakKeyDictionary()
 
 
-class EvalMetrics:
-    """The scoring side's instruments, registered in the given registry (never the global one).
+class EvalMetrics(ResultSink):
+    """The scoring side's instruments, registered in the given registry (never the global one): the Prometheus
+    result sink (:meth:`emit` counts recorded results) and the worker's
+    :class:`~ragtrace_collector.scoring.worker.ScoringObserver` (judge latency, outages, releases).
 
     Use :func:`eval_metrics_for` to share one instance per registry (registering the same names
     twice in one registry is an error).
@@ -240,6 +253,10 @@ class EvalMetrics:
         return self.clock()
 
     # -- recording ----------------------------------------------------------------------------
+    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> int:
+        """The sink contract: count newly recorded results (see :meth:`observe_results`)."""
+        return self.observe_results(record, results, judge)
+
     def observe_results(
         self, record: RagRecord, results: Sequence[MetricResult], judge: str, new: Sequence[bool] | None = None
     ) -> int:
@@ -369,3 +386,74 @@ def watch_queue(registry: CollectorRegistry, queue: RecordQueue) -> QueueCollect
     registry.register(collector)
     _watched[registry] = collector
     return collector
+
+
+def metrics_response(registry: CollectorRegistry, accept: str | None) -> web.Response:
+    """``/metrics`` with content negotiation: OpenMetrics (with exemplars) when the scraper asks for it."""
+    encoder, content_type = choose_encoder(accept or "")
+    return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+
+
+class MetricsEndpoint(AsyncComponent):
+    """The ``/metrics`` listener: the registry, ``/healthz``, ``/readyz`` (``ready()``), and the routes others add
+    (``routes``: the explorer's), behind ``middlewares`` (the host check). ``port`` is the bound one after start."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        middlewares: Sequence[Any] = (),
+        routes: Sequence[Callable[[web.Application], None]] = (),
+    ) -> None:
+        self.registry = registry
+        self.host = host
+        self.requested_port = port
+        self.ready = ready
+        self.middlewares = list(middlewares)
+        self.routes = list(routes)
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    @classmethod
+    def from_config(cls, listen: ListenConfig, registry: CollectorRegistry, **kwargs: Any) -> MetricsEndpoint:
+        """The listener of ``listen.host`` / ``listen.metrics_port`` (which must be set)."""
+        if listen.metrics_port is None:
+            raise ValueError("listen.metrics_port is not set")
+        return cls(registry, listen.host, listen.metrics_port, **kwargs)
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=self.middlewares)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/readyz", self._ready)
+        for add in self.routes:
+            add(app)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.requested_port, reuse_address=True)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # off the loop: collecting reads the queue (a Redis round trip, a SQLite lock), and a slow or unreachable
+        # backend must not stall the receivers sharing this loop
+        return await asyncio.to_thread(metrics_response, self.registry, request.headers.get("Accept"))
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        return web.Response(text="ready\n") if self.ready() else web.Response(status=503, text="not ready\n")

@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 
+from ragtrace_collector.internal.component import Component
 from ragtrace_collector.model.record import RagRecord
 
 
@@ -53,7 +54,7 @@ class Leased:
     enqueued_at: float  # unix seconds
 
 
-class RecordQueue(abc.ABC):
+class RecordQueue(Component):
     """Durable FIFO of sampled records awaiting scoring."""
 
     corrupt: int = 0  # unreadable records dropped at lease time (this process)
@@ -103,6 +104,11 @@ class RecordQueue(abc.ABC):
 
     def close(self) -> None:
         """Flush and release resources."""
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """The component contract (:class:`~ragtrace_collector.internal.component.Component`): :meth:`close`, which
+        stores what is held if it can (a queue never drops what it was given to wait for a deadline)."""
+        self.close()
 
 
 class ScoredMarks(Protocol):

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from ragtrace_collector.internal.component import Component
 from ragtrace_collector.scoring.results_store import StoreUnwritable
 
 MAX_COMMENT_CHARS = 4000
@@ -203,7 +204,7 @@ def _claims_from_json(claims: Any) -> tuple[ClaimVerdict, ...]:
     return tuple(out)
 
 
-class LabelStore:
+class LabelStore(Component):
     """Feedback and reviews in SQLite (WAL), beside the results store's tables; thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -240,6 +241,10 @@ class LabelStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """The component contract: :meth:`close` (each write committed as made)."""
+        self.close()
 
     # -- feedback -----------------------------------------------------------------------------
     def add_feedback(self, items: Iterable[Feedback]) -> list[bool]:

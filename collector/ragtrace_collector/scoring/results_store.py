@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.sink import ResultSink
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -332,7 +333,7 @@ class StoreUnwritable(OSError):
     prints it and exits 1 rather than a ``sqlite3`` traceback that names neither)."""
 
 
-class ResultsStore:
+class ResultsStore(ResultSink):
     """SQLite (WAL) table of metric results keyed by ``(RagRecord.key, metric)``; thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -927,6 +928,15 @@ class ResultsStore:
             if not self._closed:
                 self._closed = True
                 self._db.close()
+
+    # -- the sink contract (scoring.sink.ResultSink): the store is the first sink, the one that says what is new --
+    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> list[bool]:
+        """:meth:`add`: store the results; ``True`` where each is new (only those reach the other sinks)."""
+        return self.add(record, results, judge)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """:meth:`close` (every write is committed as it is made: nothing to flush)."""
+        self.close()
 
 
 def _equal(alias: str = "", **columns: Any) -> tuple[list[str], list[Any]]:

@@ -20,9 +20,10 @@ Flow for one leased record:
 While a record is being scored its lease is renewed (``RecordQueue.extend``), so a slow
 judge does not get it redelivered mid-scoring. A record whose scoring raises something unexpected is released and retried; after
 ``max_attempts`` deliveries its metrics are recorded as errors so a poison record cannot block
-the queue forever. ``stop(drain_timeout)`` stops leasing, lets in-flight records finish within the
-timeout and releases the rest at once, so nothing leased is lost on shutdown (and a kill -9 just
-lets their leases lapse).
+the queue forever. ``shutdown(timeout)`` (the component contract) stops leasing, lets in-flight records finish
+within half the timeout and releases the rest at once, so nothing leased is lost on shutdown (and a kill -9 just
+lets their leases lapse); the results store and the result sinks it writes to are components of their own, shut
+down after it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from ragtrace_collector.internal.component import AsyncComponent, Lifecycle
 from ragtrace_collector.internal.secrets import Scrubber
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
@@ -45,6 +47,9 @@ from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeIdentity, J
 from ragtrace_collector.scoring.options import ScoringOptions
 from ragtrace_collector.scoring.provenance import with_provenance
 from ragtrace_collector.scoring.results_store import ResultsStore
+from ragtrace_collector.scoring.sink import ResultSink
+
+__all__ = ["ResultSink", "ScoringObserver", "ScoringWorker", "TimedJudge", "metrics_selector"]
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +57,8 @@ Evaluate = Callable[[RagRecord, Sequence[str], Judge, Any], Awaitable[list[Metri
 
 
 class ScoringObserver(Protocol):
-    """What the worker reports (implemented by :class:`ragtrace_collector.exporter.prometheus.EvalMetrics`)."""
-
-    def observe_results(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> object:
-        """Results recorded for the first time (each is counted once, cluster-wide); what it returns is unused."""
+    """What the worker reports besides results (implemented by
+    :class:`ragtrace_collector.exporter.prometheus.EvalMetrics`, which is also the Prometheus result sink)."""
 
     def observe_judge_latency(self, judge: str, seconds: float) -> None:
         """One judge decision took ``seconds``."""
@@ -69,18 +72,6 @@ class ScoringObserver(Protocol):
 
     def record_released(self, reason: str) -> None:
         """A record went back to the queue unscored, for ``reason``."""
-
-
-class ResultSink(Protocol):
-    """Somewhere else results go once recorded (e.g. ``gen_ai.evaluation.result`` events over OTLP).
-
-    ``emit`` must not block for long (sinks buffer); ``shutdown`` flushes within ``timeout`` (None: its own bound)
-    and counts what it could not send.
-    """
-
-    def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> object: ...
-
-    def shutdown(self, timeout: float | None = None) -> None: ...
 
 
 class _Backoff:
@@ -161,8 +152,9 @@ for _name, _fn in inspect.getmembers(Judge, inspect.iscoroutinefunction):
         setattr(TimedJudge, _name, _timed(_name))
 
 
-class ScoringWorker:
-    """Scores queued records with at most ``concurrency`` in flight, until :meth:`stop`."""
+class ScoringWorker(AsyncComponent):
+    """Scores queued records with at most ``concurrency`` in flight, from :meth:`start` (or :meth:`run`) until
+    :meth:`shutdown`. Results go to ``store`` first (what is new), then the new ones to ``sinks``."""
 
     def __init__(
         self,
@@ -174,7 +166,7 @@ class ScoringWorker:
         metrics_for: Callable[[RagRecord], Sequence[str]],
         evaluate: Evaluate,
         options: ScoringOptions | None = None,
-        events: ResultSink | None = None,
+        sinks: ResultSink | None = None,
         concurrency: int = 4,
         lease_seconds: float = 120.0,
         poll_interval: float = 0.2,
@@ -196,7 +188,7 @@ class ScoringWorker:
         self.metrics_for = metrics_for
         self.evaluate = evaluate
         self.options = options
-        self.events = events
+        self.sinks = sinks
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -211,11 +203,16 @@ class ScoringWorker:
         self._running: asyncio.Task[None] | None = None
         self._outage: str | None = None  # the cause last logged for the current judge outage
         self.outage: str | None = None  # that cause and its message, for the explorer to say why records wait
-        self.closed = False
+        self._task: asyncio.Task[None] | None = None  # run() as started by start()
+        self._shut = False
 
     # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start leasing and scoring (:meth:`run` as a task)."""
+        self._task = asyncio.create_task(self.run(), name="ragtrace-scoring-worker")
+
     async def run(self) -> None:
-        """Lease and score until :meth:`stop` is called."""
+        """Lease and score until :meth:`shutdown` (for a caller running the worker itself)."""
         self._running = asyncio.current_task()
         while not self._stopping.is_set():
             wait = self.backoff.remaining()
@@ -244,16 +241,20 @@ class ScoringWorker:
             if len(leased) < free:
                 await self._sleep(self.poll_interval)
 
-    async def stop(self, drain_timeout: float = 10.0) -> None:
-        """Stop leasing and close, all within ``drain_timeout`` seconds: in-flight records get half of it (those a
-        slow judge holds are released, queued for the next start), the result sinks what remains to send what they
-        hold (what they cannot is counted, and sent again at the next start)."""
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop leasing and finish within ``timeout`` seconds (None: 10): in-flight records get half of it (those a
+        slow judge holds are released, queued for the next start; the other half is the result sinks', shut down
+        after the worker), then the commits under way, then the judge is closed."""
+        if self._shut:
+            return
+        self._shut = True
+        drain_timeout = 10.0 if timeout is None else max(0.0, timeout)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, drain_timeout)
+        deadline = loop.time() + drain_timeout
         self._stopping.set()
         self._wake.set()
         if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=max(0.0, drain_timeout) / 2)
+            await asyncio.wait(list(self._inflight), timeout=drain_timeout / 2)
         leftover = dict(self._inflight)
         for task in leftover:
             task.cancel()
@@ -263,28 +264,24 @@ class ScoringWorker:
                 await self._release(item, 0.0, "shutdown")  # a no-op for one its commit acks
         if self._commits:  # local writes: one that takes longer leaves its record leased (it comes back)
             await asyncio.wait(list(self._commits), timeout=max(0.5, deadline - loop.time()))
-        if self._running is not None and self._running is not asyncio.current_task():
+        running = self._task or self._running
+        if running is not None and running is not asyncio.current_task():
             try:
-                await asyncio.wait_for(self._running, timeout=max(0.1, min(1.0, deadline - loop.time())))
+                await asyncio.wait_for(running, timeout=max(0.1, min(1.0, deadline - loop.time())))
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pass
-        await self.aclose(max(0.0, deadline - loop.time()))
+        await self.judge.aclose()
 
-    async def aclose(self, timeout: float | None = None) -> None:
-        """Close the sinks (within ``timeout``; None: their own bound), the judge and the results store."""
-        if self.closed:
-            return
-        self.closed = True
-        if self.events is not None:
-            try:
-                await asyncio.to_thread(self.events.shutdown, timeout)
-            except Exception as exc:  # one failing step must not skip closing the judge and the store
-                log.warning("closing the result sinks failed: %s", exc)
-        try:
-            await self.judge.aclose()
-        except Exception as exc:  # closing must not mask the shutdown
-            log.warning("closing the judge failed: %s", exc)
-        await asyncio.to_thread(self.store.close)
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        """For a worker run on its own (:func:`~ragtrace_collector.service.scoring.build_worker`, no service): shut
+        it down, then its result sinks and its results store, within ``drain_timeout`` in all; what fails is logged."""
+        parts = Lifecycle()
+        parts.adopt("results store", self.store)
+        if self.sinks is not None:
+            parts.adopt("result sinks", self.sinks)
+        parts.adopt("scoring worker", self)
+        for failure in await parts.shutdown(drain_timeout):
+            log.warning("stopping the scoring worker: %s", failure)
 
     def wake(self) -> None:
         """Look at the queue now instead of at the next poll (e.g. right after a put)."""
@@ -447,7 +444,7 @@ class ScoringWorker:
     def _record_results(self, record: RagRecord, results: list[MetricResult]) -> list[bool]:
         """Store results; a result is *new* when its row was inserted here and, on a shared queue
         offering cluster-wide ``scored_marks`` (Redis), this worker is the first to claim it."""
-        new = self.store.add(record, results, self.judge_name)
+        new = self.store.emit(record, results, self.judge_name)
         if isinstance(self.queue, SharedQueue):
             marks = self.queue.scored_marks
             new = [is_new and marks.first(record.key, r.metric) for r, is_new in zip(results, new)]
@@ -457,7 +454,11 @@ class ScoringWorker:
         fresh = [r for r, is_new in zip(results, new) if is_new]
         if not fresh:
             return
-        self.metrics.observe_results(record, fresh, self.judge_name)
+        if self.sinks is not None:
+            try:
+                self.sinks.emit(record, fresh, self.judge_name)
+            except Exception as exc:  # the result is already recorded; a sink's failure costs its copy only
+                log.warning("results not sent to the sinks: %s", exc)
         if self.on_usage is not None:
             total = JudgeUsage()
             for r in fresh:
@@ -466,11 +467,6 @@ class ScoringWorker:
                 self.on_usage(total)
             except Exception as exc:
                 log.warning("usage listener failed: %s", exc)
-        if self.events is not None:
-            try:
-                self.events.emit(record, fresh, self.judge_name)
-            except Exception as exc:  # events are best effort; the result is already recorded
-                log.warning("evaluation events not sent: %s", exc)
 
     async def _judge_unavailable(self, item: Leased, exc: JudgeError) -> None:
         """Pause scoring and put the record back; one warning per outage (or change of cause) names it.

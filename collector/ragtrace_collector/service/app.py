@@ -6,24 +6,26 @@ samples them, and puts the sampled ones on the queue from a single background th
 never stalls the receivers (while a put is under way, completed traces simply wait in assembly, which
 is bounded). With ``role`` ``all`` or ``worker`` the scoring worker (``ragtrace_collector.scoring.worker``) leases from
 the same queue in the same loop.
+
+Every part is a component (:mod:`ragtrace_collector.internal.component`) held by one :class:`Lifecycle`: started
+dependencies first (stores, then exporters, ``/metrics``, the worker, the sweep, the receivers last) and shut down
+in reverse within ``shutdown_timeout_seconds``, every component past the failures of the others.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from ragtrace_collector.config import CollectorConfig
 from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.explorer.app import Backlog
 from ragtrace_collector.exporter.forward import Forwarder
+from ragtrace_collector.exporter.prometheus import MetricsEndpoint, metrics_response
+from ragtrace_collector.internal.component import AsyncComponent, Closing, Failure, Lifecycle, Task
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
 from ragtrace_collector.internal.journal import Journal
@@ -47,43 +49,28 @@ from ragtrace_collector.service.scoring import blocked_metrics, build_worker
 from ragtrace_collector.telemetry.completeness import IncompleteRecords
 from ragtrace_collector.telemetry.ingest import IngestMetrics
 
+__all__ = ["CollectorApp", "metrics_response"]
+
 log = logging.getLogger(__name__)
 
 
-class _StopSteps:
-    """The steps of one stop and its deadline: each step gets what remains of it (at least ``floor``, so a release
-    still runs once the time is spent), and one that fails or times out is noted, not let stop the others (as the
-    OpenTelemetry Collector's shutdown collects its components' errors)."""
+class _Receiver(AsyncComponent):
+    """An OTLP receiver under the component contract: its listen address from the ``listen`` section, bound at
+    start, stopped at shutdown (the receivers take the address at ``start`` and stop with their own verbs)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        self.loop = loop
-        self.deadline = deadline
-        self.failed: list[str] = []
+    def __init__(self, receiver: OtlpHttpReceiver | OtlpGrpcReceiver, host: str, port: int) -> None:
+        self.receiver = receiver
+        self.host = host
+        self.port = port
 
-    def left(self) -> float:
-        return max(0.0, self.deadline - self.loop.time())
+    async def start(self) -> None:
+        await self.receiver.start(self.host, self.port)
 
-    async def run(
-        self, name: str, step: Callable[[], Awaitable[object]], floor: float = 0.0, extra: float = 0.0
-    ) -> None:
-        try:
-            await asyncio.wait_for(step(), timeout=max(floor, self.left() + extra))
-        except asyncio.TimeoutError:
-            self.failed.append(f"{name}: timed out")
-        except Exception as exc:
-            self.failed.append(f"{name}: {type(exc).__name__}: {exc}")
-
-    def call(self, name: str, step: Callable[[], object]) -> None:
-        try:
-            step()
-        except Exception as exc:
-            self.failed.append(f"{name}: {type(exc).__name__}: {exc}")
-
-
-def metrics_response(registry: CollectorRegistry, accept: str | None) -> web.Response:
-    """``/metrics`` with content negotiation: OpenMetrics (with exemplars) when the scraper asks for it."""
-    encoder, content_type = choose_encoder(accept or "")
-    return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+    async def shutdown(self, timeout: float | None = None) -> None:
+        if isinstance(self.receiver, OtlpGrpcReceiver):
+            await self.receiver.stop(grace=min(1.0, 1.0 if timeout is None else timeout))
+        else:
+            await self.receiver.stop()
 
 
 class CollectorApp:
@@ -106,16 +93,14 @@ class CollectorApp:
         self.http: OtlpHttpReceiver | None = None
         self.grpc: OtlpGrpcReceiver | None = None
         self.worker: ScoringWorker | None = None
-        self._worker_task: asyncio.Task | None = None
-        self._sweep_task: asyncio.Task | None = None
-        self._lag_task: asyncio.Task | None = None
-        self._retention_task: asyncio.Task | None = None
         self.explorer: Explorer | None = None  # the records explorer, on the /metrics listener
         self.labels: LabelStore | None = None  # feedback and reviews, in the results store's file (start())
         self.feedback: FeedbackIntake | None = None  # stores feedback: the SDK's spans, the explorer API's items
         self.budget: Budget | None = None
-        self._metrics_runner: web.AppRunner | None = None
-        self._metrics_port: int | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None  # /metrics, /healthz, /readyz and the explorer
+        # every component, in start order; stop() shuts them down in reverse
+        self.components = Lifecycle()
+        self.stop_failures: list[Failure] = []  # what the last stop could not shut down (or not in time)
         self._ready = False
         self._stopping = False
 
@@ -130,7 +115,7 @@ class CollectorApp:
 
     @property
     def metrics_port(self) -> int | None:
-        return self._metrics_port
+        return self.metrics_endpoint.port if self.metrics_endpoint is not None else None
 
     @property
     def ready(self) -> bool:
@@ -183,24 +168,54 @@ class CollectorApp:
         )
 
     async def start(self) -> None:
+        """Build and start every component the role needs, dependencies first; if one fails to start, those
+        started before it are shut down (in reverse) and the error raised."""
+        try:
+            await self._start()
+        except BaseException:
+            failures = await self.components.shutdown(self.config.shutdown_timeout_seconds)
+            for failure in failures:
+                log.warning("start failed; shutting down %s", failure)
+            raise
+
+    async def _start(self) -> None:
         cfg = self.config
+        parts = self.components
         self._check_exposure()
         if self.queue is None:
-            self.queue = self._open_queue()
+            self.queue = await parts.start("queue", self._open_queue())
         if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
             self.queue.register_metrics(self.registry)
         if cfg.runs_receiver or cfg.explorer.enabled:  # feedback arrives as spans and through the explorer's API
-            self._open_labels()
-        if cfg.runs_receiver:
-            self.assembler = Assembler(
-                state_from_config(cfg.assembly),
-                observer=self.metrics,
-                pairing=pairing_from_config(cfg.assembly),
-            )
+            await self._open_labels()
+        if cfg.runs_receiver or cfg.runs_worker:  # the sampler spends it; the worker reports judge usage to it
             self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+            await parts.start("budget", Closing(self.budget.close))
+        journal: Journal | None = None
+        if cfg.runs_receiver:
+            state, pairing = state_from_config(cfg.assembly), pairing_from_config(cfg.assembly)
+            await parts.start("assembly state", Closing(state.close))
+            await parts.start("pairing state", Closing(pairing.close))
+            self.assembler = Assembler(state, observer=self.metrics, pairing=pairing)
+            assert self.budget is not None
             self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
-            if cfg.forward.endpoint:
-                self.forwarder = Forwarder.from_config(cfg.forward, self.registry)
+            journal = self._open_journal()
+            if journal is not None:  # closed after the sweep's last flush (it truncates the journal)
+                await parts.start("assembly journal", Closing(journal.close))
+        sinks_started = False
+        if cfg.runs_worker:
+            worker = self.worker = build_worker(cfg, self.registry, self.queue)
+            await parts.start("results store", worker.store)
+            if worker.sinks is not None:
+                await parts.start("result sinks", worker.sinks)
+                sinks_started = True
+        if cfg.runs_receiver and cfg.forward.endpoint:
+            # an exporter before the receivers that feed it; beside the result sinks, so neither waits on the
+            # other's downstream at shutdown
+            forwarder = Forwarder.from_config(cfg.forward, self.registry)
+            start = parts.start_beside if sinks_started else parts.start
+            self.forwarder = await start("forwarder", forwarder)
+        if cfg.runs_receiver:
             self.ingestor = Ingestor(
                 self._take,
                 self.metrics,
@@ -214,46 +229,20 @@ class CollectorApp:
                 max_receiving_bytes=cfg.limits.max_receiving_bytes,
                 pressure=self._under_pressure,
                 forward=self.forwarder.submit if self.forwarder is not None else None,
-                journal=self._open_journal(),
+                journal=journal,
             )
-            self._replay_journal()  # before the receivers open: what a crash left is in assembly first
-            self._lag_task = asyncio.create_task(self.ingestor.watch_loop_lag(), name="ragtrace-loop-lag")
-            if cfg.listen.http_port is not None:
-                self.http = OtlpHttpReceiver(
-                    self.ingestor, ready=lambda: self.ready, middlewares=[self._host_check("otlp_http")]
-                )
-                await self.http.start(cfg.listen.host, cfg.listen.http_port)
-            if cfg.listen.grpc_port is not None:
-                self.grpc = OtlpGrpcReceiver(self.ingestor)
-                await self.grpc.start(cfg.listen.host, cfg.listen.grpc_port)
-            incomplete = IncompleteRecords(
-                self.registry,
-                self.metrics.service_label,
-                interval=cfg.assembly.incomplete_log_interval_seconds,
-                max_series=cfg.limits.max_series_per_label_set,
-                idle_seconds=cfg.limits.label_idle_seconds,
-                blocked=blocked_metrics(cfg.scoring),
-            )
-            self.sweeper = Sweeper(
-                self.assembler, self.sampler, self.queue, self.metrics, incomplete, journal=self.ingestor.journal
-            )
-            self._sweep_task = asyncio.create_task(
-                self.sweeper.run(cfg.assembly.sweep_interval_seconds), name="ragtrace-assembly-sweep"
-            )
-        if cfg.runs_worker:
-            self.worker = build_worker(cfg, self.registry, self.queue)
-            if self.budget is None:  # worker-only: no sampler, but the (shared) budget still hears the spending
-                self.budget = budget_from_config(cfg.sampling, cfg.queue.url)
+        if self.worker is not None:
+            await parts.start("results retention", Task("ragtrace-results-retention", self._enforce_retention))
+        await self._start_metrics()  # before the worker and the intake: shut down after them, scrapes see their stop
+        if self.worker is not None:
+            budget = self.budget
+            assert budget is not None
             # each scored record's judge usage is reported to the budget (the Redis one counts admitted
             # records until their report arrives)
-            budget = self.budget
             self.worker.on_usage = lambda usage: budget.add_judge_tokens(usage.total_tokens)
-            self._worker_task = asyncio.create_task(self.worker.run(), name="ragtrace-scoring-worker")
-            self._retention_task = asyncio.create_task(
-                self._enforce_retention(self.worker.store), name="ragtrace-results-retention"
-            )
-        if cfg.listen.metrics_port is not None:
-            await self._start_metrics(cfg.listen.host, cfg.listen.metrics_port)
+            await parts.start("scoring worker", self.worker)
+        if self.ingestor is not None:
+            await self._start_intake(self.ingestor)
         self._ready = True
         log.info(
             "ragtrace collector up (role=%s): otlp/http %s, otlp/grpc %s, /metrics %s, queue %s",
@@ -263,6 +252,43 @@ class CollectorApp:
             self.metrics_port,
             mask_credentials(cfg.queue_url),
         )
+
+    async def _start_intake(self, ingestor: Ingestor) -> None:
+        """The sweep, admission's loop-lag watch and the receivers: started last, shut down first (the sweep's last
+        run flushes every in-flight trace to the queue once the receivers stopped)."""
+        cfg, parts = self.config, self.components
+        assert self.assembler is not None and self.sampler is not None and self.queue is not None
+        self._replay_journal()  # before the receivers open: what a crash left is in assembly first
+        incomplete = IncompleteRecords(
+            self.registry,
+            self.metrics.service_label,
+            interval=cfg.assembly.incomplete_log_interval_seconds,
+            max_series=cfg.limits.max_series_per_label_set,
+            idle_seconds=cfg.limits.label_idle_seconds,
+            blocked=blocked_metrics(cfg.scoring),
+        )
+        sweeper = self.sweeper = Sweeper(
+            self.assembler, self.sampler, self.queue, self.metrics, incomplete, journal=ingestor.journal
+        )
+
+        async def flush() -> None:
+            await sweeper.run_once(everything=True)
+            await asyncio.to_thread(sweeper.close)  # the last puts
+
+        await parts.start(
+            "assembly sweep",
+            Task("ragtrace-assembly-sweep", lambda: sweeper.run(cfg.assembly.sweep_interval_seconds), then=flush),
+        )
+        await parts.start("loop-lag watch", Task("ragtrace-loop-lag", ingestor.watch_loop_lag))
+        host = cfg.listen.host
+        if cfg.listen.http_port is not None:
+            self.http = OtlpHttpReceiver(
+                ingestor, ready=lambda: self.ready, middlewares=[self._host_check("otlp_http")]
+            )
+            await parts.start("otlp/http receiver", _Receiver(self.http, host, cfg.listen.http_port))
+        if cfg.listen.grpc_port is not None:
+            self.grpc = OtlpGrpcReceiver(ingestor)
+            await parts.start_beside("otlp/grpc receiver", _Receiver(self.grpc, host, cfg.listen.grpc_port))
 
     def _backlog(self) -> Backlog:
         """What the explorer says above its list: records queued and not scored yet, and the judge's outage."""
@@ -279,9 +305,9 @@ class CollectorApp:
         except OSError as exc:
             raise OSError(f"cannot open the assembly journal at {path}: {exc.strerror or exc}") from None
 
-    def _open_labels(self) -> None:
+    async def _open_labels(self) -> None:
         """The label store beside the results (``results_path``) and the feedback intake writing to it."""
-        self.labels = LabelStore(self.config.results_path)
+        self.labels = await self.components.start("label store", LabelStore(self.config.results_path))
         self.feedback = FeedbackIntake(
             self.labels,
             self.registry,
@@ -327,132 +353,68 @@ class CollectorApp:
         policy = HostPolicy(self.config.listen.host, self.config.listen.allowed_hosts)
         return host_check_middleware(policy, lambda reason: self.metrics.refused(listener, reason))
 
-    async def _start_metrics(self, host: str, port: int) -> None:
-        app = web.Application(middlewares=[self._host_check("metrics")])
-
-        async def handle_metrics(request: web.Request) -> web.Response:
-            # off the loop: collecting reads the queue (a Redis round trip, a SQLite lock), and a slow
-            # or unreachable backend must not stall the receivers sharing this loop
-            return await asyncio.to_thread(metrics_response, self.registry, request.headers.get("Accept"))
-
-        async def handle_health(request: web.Request) -> web.Response:
-            return web.Response(text="ok\n")
-
-        async def handle_ready(request: web.Request) -> web.Response:
-            return web.Response(text="ready\n") if self.ready else web.Response(status=503, text="not ready\n")
-
-        app.router.add_get("/metrics", handle_metrics)
-        app.router.add_get("/healthz", handle_health)
-        app.router.add_get("/readyz", handle_ready)
-        if self.config.explorer.enabled:
-            self.explorer = Explorer(
-                self.config.results_path,
-                self.config.explorer,
+    async def _start_metrics(self) -> None:
+        """``/metrics`` (``exporter.prometheus.MetricsEndpoint``), the explorer on the same listener."""
+        cfg = self.config
+        if cfg.listen.metrics_port is None:
+            return
+        routes = []
+        if cfg.explorer.enabled:
+            explorer = self.explorer = Explorer(
+                cfg.results_path,
+                cfg.explorer,
                 self.guard,
-                self.config.auth.session_hours,
+                cfg.auth.session_hours,
                 backlog=self._backlog,
-                review=self.config.review,
+                review=cfg.review,
                 labels=self.labels,
                 feedback=self.feedback,
             )
-            self.explorer.add_routes(app)
+            await self.components.start("explorer", Closing(explorer.close))  # after the listener, its reader
+            routes.append(explorer.add_routes)
             # judge vs human agreement in /metrics: a cached report, never a store scan per scrape
-            self.registry.register(AgreementCollector(self.explorer.agreement, self.config.review.max_agreement_series))
-        self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._metrics_runner.setup()
-        site = web.TCPSite(self._metrics_runner, host, port, reuse_address=True)
-        await site.start()
-        self._metrics_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.registry.register(AgreementCollector(explorer.agreement, cfg.review.max_agreement_series))
+        self.metrics_endpoint = await self.components.start(
+            "/metrics listener",
+            MetricsEndpoint.from_config(
+                cfg.listen,
+                self.registry,
+                ready=lambda: self.ready,
+                middlewares=[self._host_check("metrics")],
+                routes=routes,
+            ),
+        )
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop within ``drain_timeout`` seconds (default ``shutdown_timeout_seconds``), whatever the downstreams
-        and the judge do: the receivers first, in-flight traces flushed to the queue, then the worker (scoring,
-        then its exporters) and the forwarder, side by side, each given what remains of one deadline; then
-        everything is let go. A step that fails or runs out of time is logged and the next ones still run; what
-        the stop leaves undone is counted as ``shutdown`` and stays durable (unscored records stay queued, scores
-        not exported are sent again at the next start)."""
+        and the judge do: every component shut down in reverse start order (the receivers first, in-flight traces
+        flushed to the queue, the worker, ``/metrics``, the result sinks and the forwarder side by side, the stores),
+        each given what remains of one deadline. A component that fails or runs out of time is logged
+        (and kept in ``stop_failures``) and the next ones still shut down; what the stop leaves undone is counted as
+        ``shutdown`` and stays durable (unscored records stay queued, scores not exported are sent again at the next
+        start)."""
         if self._stopping:
             return
         self._stopping = True
         loop = asyncio.get_running_loop()
         bound = self.config.shutdown_timeout_seconds if drain_timeout is None else max(0.0, drain_timeout)
         started = loop.time()
-        stop = _StopSteps(loop, started + bound)
-        await self._stop_intake(stop)
-        forwarding = (  # the forwarder drains beside the worker: neither waits for the other's downstream
-            asyncio.ensure_future(asyncio.to_thread(self.forwarder.shutdown, stop.left()))
-            if self.forwarder is not None
-            else None
-        )
-        await self._stop_scoring(stop)
-        if forwarding is not None:
-            await stop.run("forwarder", lambda: forwarding, extra=1.0)
-        await self._release(stop)
+        self.stop_failures = await self.components.shutdown(bound)
         took = loop.time() - started
-        if stop.failed:
+        if self.stop_failures:
             log.warning(
-                "stopped in %.1fs (bound %.1fs); steps that failed or ran out of time: %s",
+                "stopped in %.1fs (bound %.1fs); components that failed or ran out of time: %s",
                 took,
                 bound,
-                "; ".join(stop.failed),
+                "; ".join(str(f) for f in self.stop_failures),
             )
         else:
             log.info("stopped in %.1fs", took)
 
-    async def _stop_intake(self, stop: _StopSteps) -> None:
-        """Stop receiving, stop the periodic tasks, and flush every in-flight trace through sampling to the queue."""
-        if self.http is not None:
-            await stop.run("otlp/http receiver", self.http.stop, floor=0.5)
-        grpc = self.grpc
-        if grpc is not None:
-            await stop.run("otlp/grpc receiver", lambda: grpc.stop(grace=min(1.0, stop.left())), floor=0.5)
-        for task in (self._sweep_task, self._lag_task, self._retention_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        sweeper = self.sweeper
-        if sweeper is not None:
-            await stop.run("assembly flush", lambda: sweeper.run_once(everything=True), floor=0.5)
-
-    async def _stop_scoring(self, stop: _StopSteps) -> None:
-        """The worker finishes what it can within what remains (it bounds itself; the margin is a safety net)."""
-        worker = self.worker
-        if worker is not None:
-            await stop.run("scoring worker", lambda: worker.stop(stop.left()), extra=1.0)
-        if self._worker_task is not None:
-            if not self._worker_task.done():
-                self._worker_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._worker_task, timeout=max(0.5, stop.left()))
-
-    async def _release(self, stop: _StopSteps) -> None:
-        """Let go of what is local: the queue, /metrics and the explorer, assembly state, the budget."""
-        sweeper = self.sweeper
-        if sweeper is not None:
-            await stop.run("queue puts", lambda: asyncio.to_thread(sweeper.close), floor=0.5)
-        if self.queue is not None and self._own_queue:
-            stop.call("queue", self.queue.close)
-        journal = self.ingestor.journal if self.ingestor is not None else None
-        if journal is not None:  # what was not queued stays in it for the next start
-            await stop.run("assembly journal", lambda: asyncio.to_thread(journal.close), floor=0.5)
-        runner = self._metrics_runner
-        if runner is not None:
-            await stop.run("/metrics listener", runner.cleanup, floor=0.5)
-        explorer = self.explorer
-        if explorer is not None:
-            await stop.run("explorer", lambda: asyncio.to_thread(explorer.close), floor=0.5)
-        labels = self.labels
-        if labels is not None:  # after the explorer and the receivers, its writers
-            await stop.run("label store", lambda: asyncio.to_thread(labels.close), floor=0.5)
-        if self.assembler is not None:
-            stop.call("assembly state", self.assembler.state.close)
-            stop.call("pairing state", self.assembler.pairing.close)
-        if self.budget is not None:
-            stop.call("budget", self.budget.close)
-
-    async def _enforce_retention(self, store: ResultsStore) -> None:
+    async def _enforce_retention(self) -> None:
         """Keep the results store within ``export.results_retention`` (age and size), now and every interval."""
+        assert self.worker is not None
+        store: ResultsStore = self.worker.store
         retention = self.config.export.results_retention
         max_age = retention.max_age_hours * 3600.0 if retention.max_age_hours is not None else None
         while True:

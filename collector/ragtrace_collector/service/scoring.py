@@ -1,7 +1,8 @@
 """Wiring the scoring stage from the configuration: the judge, the worker, its results store and sinks.
 
 The worker itself (:mod:`ragtrace_collector.scoring.worker`) knows its collaborators only by their
-interfaces; this is where the concrete ones (Prometheus, OTLP events, Phoenix annotations) are chosen.
+interfaces (the result sinks by :class:`~ragtrace_collector.scoring.sink.ResultSink`); this is where the concrete
+ones (Prometheus, OTLP events, Phoenix annotations) are chosen.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ragtrace_collector.config import CollectorConfig, JudgeConfig, LocalJudgeCo
 from ragtrace_collector.exporter import otlp_events, phoenix
 from ragtrace_collector.exporter.otlp_events import EvaluationEvents
 from ragtrace_collector.exporter.phoenix import PhoenixAnnotations
-from ragtrace_collector.exporter.prometheus import eval_metrics_for, watch_queue
+from ragtrace_collector.exporter.prometheus import EvalMetrics, eval_metrics_for, watch_queue
+from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.secrets import Scrubber, config_secrets
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
@@ -30,13 +32,15 @@ from ragtrace_collector.scoring.judges import make_judge
 from ragtrace_collector.scoring.metrics import METRICS
 from ragtrace_collector.scoring.options import ScoringOptions
 from ragtrace_collector.scoring.results_store import ResultsStore, StoredResult
-from ragtrace_collector.scoring.worker import ResultSink, ScoringWorker, TimedJudge, metrics_selector
+from ragtrace_collector.scoring.sink import ResultSink
+from ragtrace_collector.scoring.worker import ScoringWorker, TimedJudge, metrics_selector
 
 log = logging.getLogger(__name__)
 
 
-class FanOut:
-    """Several result sinks as one: each gets every result; one that fails costs a log line, not the others."""
+class FanOut(ResultSink):
+    """Several result sinks as one (as opentelemetry-python's multi span processors): each gets every result; one
+    that fails costs a log line, not the others."""
 
     def __init__(self, sinks: Sequence[ResultSink]) -> None:
         self.sinks = list(sinks)
@@ -48,9 +52,17 @@ class FanOut:
             except Exception as exc:
                 log.warning("results not sent by %s: %s", type(sink).__name__, exc)
 
+    def force_flush(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flushed = True
+        for sink in self.sinks:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            flushed = sink.force_flush(left) and flushed
+        return flushed
+
     def shutdown(self, timeout: float | None = None) -> None:
-        """Close every sink, all within ``timeout`` (they flush side by side): one that fails or hangs costs a log
-        line, not the others' time."""
+        """Shut every sink down, all within ``timeout`` (they flush side by side): one that fails or hangs costs a
+        log line, not the others' time."""
         closing = [
             threading.Thread(target=_close, args=(sink, timeout), name="ragtrace-sink-shutdown", daemon=True)
             for sink in self.sinks
@@ -79,15 +91,16 @@ RESEND_PAGE = 500
 @dataclass
 class Resend:
     """One exporter's side of :class:`ExportResume`: its name in the results store, the statuses it sends, the
-    sink, and how to wait for what it was given to leave (so a page never overflows its buffer)."""
+    sink, and how long to wait (``force_flush``) for a page to leave before the next (so a page never overflows
+    its buffer)."""
 
     exporter: str
     statuses: tuple[str, ...]
     sink: ResultSink
-    drain: Callable[[], object]
+    flush_seconds: float = 60.0
 
 
-class ExportResume:
+class ExportResume(Component):
     """At start, sends again the results the store holds that an exporter never confirmed (a ``kill -9``, a stop past
     its bound, a downstream that was down): stored in the last ``hours``, at most ``max_results`` per exporter,
     oldest first, from a daemon thread beside the live results. Exports are at least once; the downstreams keep one
@@ -115,7 +128,7 @@ class ExportResume:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 0.5) -> None:
+    def shutdown(self, timeout: float | None = 0.5) -> None:
         """Stop between pages (what is not sent is still unconfirmed: the next start sends it)."""
         self._stop.set()
         if self._thread.is_alive():
@@ -154,7 +167,7 @@ class ExportResume:
                 self.sent[resend.exporter] = self.sent.get(resend.exporter, 0) + len(rows)
             if cursor is None:
                 return
-            resend.drain()
+            resend.sink.force_flush(resend.flush_seconds)
 
 
 def _stored_result(row: StoredResult) -> MetricResult:
@@ -175,54 +188,49 @@ def _stored_result(row: StoredResult) -> MetricResult:
 
 
 class ExportingSinks(FanOut):
-    """The configured sinks, and the :class:`ExportResume` sending them what they never confirmed."""
+    """The configured sinks, and the :class:`ExportResume` sending them what they never confirmed (from
+    :meth:`start`)."""
 
     def __init__(self, sinks: Sequence[ResultSink], resume: ExportResume | None) -> None:
         super().__init__(sinks)
         self.resume = resume
 
+    def start(self) -> None:
+        for sink in self.sinks:
+            sink.start()
+        if self.resume is not None:
+            self.resume.start()
+
     def shutdown(self, timeout: float | None = None) -> None:
         if self.resume is not None:
-            self.resume.stop()
+            self.resume.shutdown()
         super().shutdown(timeout)
 
 
 def result_sinks(
-    config: CollectorConfig, registry: CollectorRegistry, store: ResultsStore | None = None
+    config: CollectorConfig,
+    registry: CollectorRegistry,
+    store: ResultsStore | None = None,
+    metrics: EvalMetrics | None = None,
 ) -> ExportingSinks | None:
-    """Where results go besides Prometheus and the results store: OTLP events, Phoenix annotations (as configured).
-    With ``store``, each confirms in it what it delivered, and what it never confirmed is sent again from start."""
+    """Where results go besides the results store: Prometheus (``metrics``, when given), OTLP events and Phoenix
+    annotations (as configured); None when nowhere. With ``store``, each exporter confirms in it what it delivered,
+    and what it never confirmed is sent again once the sinks are started."""
     confirm = _confirmer(store)
     resends: list[Resend] = []
     events_cfg = config.export.otlp_events
     if events_cfg.endpoint:
-        events = EvaluationEvents(
-            events_cfg.endpoint,
-            protocol=events_cfg.protocol,
-            headers=dict(events_cfg.headers),
-            registry=registry,
-            confirm=confirm(otlp_events.EXPORTER),
-        )
-        resends.append(Resend(otlp_events.EXPORTER, otlp_events.STATUSES, events, lambda: events.flush(30_000)))
+        events = EvaluationEvents.from_config(events_cfg, registry, confirm(otlp_events.EXPORTER))
+        resends.append(Resend(otlp_events.EXPORTER, otlp_events.STATUSES, events, 30.0))
     phoenix_cfg = config.export.phoenix
     if phoenix_cfg.endpoint:
-        annotations = PhoenixAnnotations(
-            phoenix_cfg.endpoint,
-            api_key=phoenix_cfg.api_key,
-            batch_size=phoenix_cfg.batch_size,
-            max_pending=phoenix_cfg.max_pending,
-            timeout=phoenix_cfg.timeout_seconds,
-            registry=registry,
-            confirm=confirm(phoenix.EXPORTER),
-        )
-        resends.append(Resend(phoenix.EXPORTER, phoenix.STATUSES, annotations, lambda: annotations.flush(60.0)))
-    if not resends:
+        annotations = PhoenixAnnotations.from_config(phoenix_cfg, registry, confirm(phoenix.EXPORTER))
+        resends.append(Resend(phoenix.EXPORTER, phoenix.STATUSES, annotations, 60.0))
+    sinks: list[ResultSink] = ([metrics] if metrics is not None else []) + [r.sink for r in resends]
+    if not sinks:
         return None
-    resume = ExportResume(store, resends) if store is not None else None
-    sinks = ExportingSinks([r.sink for r in resends], resume)
-    if resume is not None:
-        resume.start()
-    return sinks
+    resume = ExportResume(store, resends) if store is not None and resends else None
+    return ExportingSinks(sinks, resume)
 
 
 def _confirmer(store: ResultsStore | None) -> Callable[[str], Callable[[list[tuple[str, str]]], None] | None]:
@@ -244,7 +252,9 @@ def _confirmer(store: ResultsStore | None) -> Callable[[str], Callable[[list[tup
 def build_worker(
     config: CollectorConfig, registry: CollectorRegistry, queue: RecordQueue, *, judge: Judge | None = None
 ) -> ScoringWorker:
-    """The worker described by ``config``; ``judge`` overrides the configured one (tests, embedding)."""
+    """The worker described by ``config``, with its results store (``worker.store``) and result sinks
+    (``worker.sinks``: Prometheus and the configured exporters), each a component of its own; ``judge`` overrides
+    the configured one (tests, embedding)."""
     scoring = config.scoring
     named = list(scoring.metrics) + [m for ms in scoring.pipelines.values() for m in ms]
     bad = unknown_metrics(named)
@@ -263,7 +273,7 @@ def build_worker(
         metrics_for=metrics_selector(scoring.metrics, dict(scoring.pipelines)),
         evaluate=evaluate_record,
         options=ScoringOptions.from_config(scoring.options),
-        events=result_sinks(config, registry, store),
+        sinks=result_sinks(config, registry, store, metrics),
         concurrency=scoring.concurrency,
         lease_seconds=scoring.lease_seconds,
         backoff_initial=scoring.backoff_initial_seconds,

@@ -123,6 +123,27 @@ async def test_bare_llm_traces_have_no_retriever_span(tmp_path, caplog):
     assert lines(caplog) == []
 
 
+async def test_a_prompt_labelling_no_context_has_no_retriever_span(tmp_path, caplog):
+    """A chain whose passages were looked up untraced and pasted into the prompt under no label: nothing to read them
+    from, so the record has no contexts and the log names the cause (the real bare-call captures all label theirs)."""
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    stack = Stack()
+    stack.assembler.add(extract_spans(F.to_request(F.openinference_unlabelled_prompt(), service="shop")[1]))
+    queue = SQLiteQueue(tmp_path / "queue.sqlite")
+    report = IncompleteRecords(
+        stack.registry, stack.metrics.service_label, interval=300.0, max_series=2000, idle_seconds=600.0
+    )
+    sweeper = Sweeper(stack.assembler, Sampler(SamplingConfig(rate=1.0)), queue, stack.metrics, report)
+    assert await sweeper.run_once(everything=True) == 1
+    sweeper.close()
+    queue.close()
+    assert incomplete(stack, "shop") == {f: 1.0 if f == "retrieved_contexts" else 0.0 for f in FIELDS}
+    assert lines(caplog) == [
+        "service shop: 1 record had no retrieved contexts — no retriever span found, nor a passage labelled as"
+        " context in the prompt (span kinds seen: CHAIN, LLM)"
+    ]
+
+
 @pytest.mark.parametrize(
     "setup", ["oi_openai", "tl_decorators", "oi_langchain_openai", "tl_langchain", "openlit_langchain"]
 )

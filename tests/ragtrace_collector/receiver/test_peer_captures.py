@@ -9,6 +9,7 @@ twice shows.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import math
@@ -18,6 +19,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from ragtrace_collector.exporter.otlp_events import EvaluationEvents
+from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.processor.conventions.evaluations import PEER_EVALUATIONS
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,9 +42,12 @@ SETUPS: dict[str, tuple[bool, bool, bool]] = {
     "tl_llamaindex": (True, True, False),  # streamed queries: only the spans below the never-ended workflow span
     "openlit_qdrant": (True, True, True),  # the qdrant spans never record the points returned: read from the prompt
     "openlit_langchain": (True, True, True),  # retrieval and chat traced apart, joined by assembly
+    "openlit_scored": (True, True, True),  # the app's own gen_ai.evaluation.result verdicts, kept as the peer's
     "langfuse_observe": (True, True, True),  # @observe + langfuse.openai: completion_start_time is the first token
+    "langfuse_langchain": (True, True, True),  # Langfuse's LangChain CallbackHandler: chain/retriever/generation
     "otel_genai_events": (False, True, True),  # content only in log events; contexts read from the prompt
     "otel_genai_spans": (False, True, True),  # content on the spans; util-genai's retrieval span
+    "otel_genai_message_events": (False, True, True),  # openai-v2 2.3b0: one log event per message; prompt contexts
 }
 CORPUS = {text for _, text in common.CORPUS}
 PB = {"Content-Type": "application/x-protobuf"}
@@ -194,3 +201,96 @@ async def test_otel_genai_retrieval_span_gives_ranked_documents(make_stack):
         question = common.QUESTIONS[i][0]
         assert [(c.id, c.content) for c in record.retrieved_contexts] == [(d, t) for d, t, _ in common.top_k(question)]
         assert "ragtrace.contexts_source" not in record.metadata  # said only of contexts read from a prompt
+
+
+async def test_langfuse_langchain_callback_handler_observations(make_stack):
+    """Langfuse's LangChain ``CallbackHandler``: every runnable a ``chain`` observation (the outermost one the
+    request, its input the question), the vector-store retriever a ``retriever`` whose output is the LangChain
+    ``Document`` list (ids and texts), ChatOpenAI a ``generation`` with ``usage_details`` and, when streamed, its
+    ``completion_start_time``; the chain observations that pass the passages along are never read as retrievals."""
+    records = await replay(make_stack, "langfuse_langchain")
+    ids = {text: doc_id for doc_id, text in common.CORPUS}
+    for i, record in enumerate(records):
+        question = common.QUESTIONS[i][0]
+        assert record.user_input == question and record.turns[0].content == question
+        assert [c.id for c in record.retrieved_contexts] == [ids[c.content] for c in record.retrieved_contexts]
+        assert common.top_k(question, 1)[0][1] in [c.content for c in record.retrieved_contexts]  # ties rank apart
+        assert "ragtrace.contexts_source" not in record.metadata  # from the retriever observation, not the prompt
+        assert record.streamed is (True if common.streamed(i) else None)  # Langfuse records no flag, only TTFT
+
+
+async def test_otel_genai_per_message_events_join_their_span(make_stack):
+    """openai-v2 2.3b0 writes no content on the span: one ``gen_ai.system.message`` / ``gen_ai.user.message`` event
+    per prompt message and a ``gen_ai.choice`` for the completion, each a log record naming the chat span. Every one
+    joins (three a request, none unmatched); the question is the prompt's labelled question, the answer the choice,
+    the contexts the prompt's labelled passages, in the order retrieved. Without the logs nothing is readable."""
+    stack = make_stack()
+    records = await replay(lambda: stack, "otel_genai_message_events")
+    assert stack.sample("ragtrace_log_records_total", outcome="joined") == 3 * len(common.QUESTIONS)
+    assert stack.sample("ragtrace_log_records_total", outcome="unmatched") == 0
+    for i, record in enumerate(records):
+        question, answer, _ = common.QUESTIONS[i]
+        assert [c.content for c in record.retrieved_contexts] == [t for _, t, _ in common.top_k(question)]
+        assert record.metadata["ragtrace.contexts_source"] == "prompt"
+        assert [(t.role, t.content) for t in record.turns] == [("user", question), ("assistant", answer)]
+        assert [t.role for t in record.prompt_messages] == ["system", "user"]
+    blind = await replay(make_stack, "otel_genai_message_events", logs=False)
+    assert len(blind) == len(common.QUESTIONS)
+    assert all(r.user_input is None and r.response is None and not r.retrieved_contexts for r in blind)
+    assert all(r.model == common.MODEL and r.output_tokens for r in blind)  # the span's own attributes
+
+
+def peer_verdicts(i: int) -> list[tuple[str | None, float | None, str | None]]:
+    """What ``apps/openlit_scored.py`` concluded of request ``i``: its answer's numbers are all in the context
+    exactly when the question is answerable from the corpus."""
+    grounded = common.QUESTIONS[i][2]
+    return [
+        ("answer_numbers_in_context", 1.0 if grounded else 0.0, "true" if grounded else "false"),
+        ("reviewer_verdict", None, "supported" if grounded else "unsupported"),
+    ]
+
+
+async def test_peer_evaluation_results_are_kept_as_the_peers(make_stack):
+    """OpenLIT's ``log_score`` writes each verdict twice, as an event of the request span and as a log event naming
+    it: the record keeps each verdict once, in order, under ``ragtrace.peer_evaluations`` (with the tool's own
+    metadata), and the span events alone give the same."""
+    for logs in (True, False):
+        records = await replay(make_stack, "openlit_scored", logs=logs)
+        for i, record in enumerate(records):
+            verdicts = record.metadata[PEER_EVALUATIONS]
+            assert [(v["name"], v["score"], v["label"]) for v in verdicts] == peer_verdicts(i)
+            assert verdicts[0]["explanation"] == "numbers checked against the context"
+            assert verdicts[0]["attributes"] == {"by": "app"}
+            assert {v["span_id"] for v in verdicts} == {record.metadata["root_span_id"]}
+    plain = await replay(make_stack, "otel_genai_events")
+    assert all(PEER_EVALUATIONS not in r.metadata for r in plain)  # no verdict, no key
+
+
+async def test_our_own_evaluation_events_sent_back_are_not_a_peers(make_stack):
+    """Should the collector's ``export.otlp_events`` point at a collector, its ``gen_ai.evaluation.result`` events
+    (the real exporter's, naming the scored trace's root span) join the trace like any log event, but are never
+    taken for the peer's verdicts: only OpenLIT's two per request are kept."""
+    first = make_stack()
+    scored = await replay(lambda: first, "openlit_scored")
+    stack = make_stack()
+    receiver = OtlpHttpReceiver(stack.ingestor)
+    await receiver.start("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in captured("openlit_scored"):
+                kind = "logs" if path.name.startswith("logs-") else "traces"
+                url = f"http://127.0.0.1:{receiver.port}/v1/{kind}"
+                async with session.post(url, data=path.read_bytes(), headers=PB) as reply:
+                    assert reply.status == 200
+        events = EvaluationEvents(f"http://127.0.0.1:{receiver.port}/v1/logs", batch=False)
+        ours = [MetricResult("faithfulness", "scored", score=0.25, reason="ours")]
+        sent = [await asyncio.to_thread(events.emit, record, ours, "local") for record in scored]
+        await asyncio.to_thread(events.shutdown, 5.0)
+    finally:
+        await receiver.stop()
+    assert sent == [1] * len(scored) and events.count("sent") == len(scored)
+    records = sorted(stack.records(), key=lambda r: r.start_time_unix_nano)
+    joined = first.sample("ragtrace_log_records_total", outcome="joined")
+    assert stack.sample("ragtrace_log_records_total", outcome="joined") == joined + len(scored)  # ours joined too
+    for i, record in enumerate(records):
+        assert [(v["name"], v["score"], v["label"]) for v in record.metadata[PEER_EVALUATIONS]] == peer_verdicts(i)

@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 from ragtrace import attributes as A
 from ragtrace_collector.model.record import Context, ToolCall, Turn
 from ragtrace_collector.model.spans import EVENT_TIME, STATUS_ERROR, SpanData
-from ragtrace_collector.processor.conventions import documents, messages, prompts, roles
+from ragtrace_collector.processor.conventions import documents, evaluations, messages, prompts, roles
 from ragtrace_collector.processor.conventions.documents import LANGFUSE_INPUT, LANGFUSE_OUTPUT
 from ragtrace_collector.processor.conventions.trace_spans import TraceSpans
 from ragtrace_collector.processor.conventions.values import (
@@ -568,7 +568,8 @@ def extract_tools(ts: TraceSpans) -> ToolFields:
 
 
 def extract_labels(ts: TraceSpans) -> LabelFields:
-    """Tags, merged (ragtrace SDK ``ragtrace.tags``, OpenInference ``tag.tags``), and metadata (OpenInference)."""
+    """Tags, merged (ragtrace SDK ``ragtrace.tags``, OpenInference ``tag.tags``), metadata (OpenInference), and the
+    peer's own ``gen_ai.evaluation.result`` verdicts under ``ragtrace.peer_evaluations`` (``conventions.evaluations``)."""
     tags: list[str] = []
     metadata: dict[str, Any] = {}
     for s in ts.request_first():
@@ -579,6 +580,10 @@ def extract_labels(ts: TraceSpans) -> LabelFields:
         if not metadata:  # the first span that has any, the request span first
             metadata = dict(json_dict(s.attrs.get(A.METADATA)))
     metadata.pop(CONTEXTS_SOURCE, None)  # the collector's to say (record_builder), never a span's
+    metadata.pop(evaluations.PEER_EVALUATIONS, None)  # likewise: read from the events below, never from a span
+    verdicts = evaluations.peer_evaluations(ts.spans)
+    if verdicts:
+        metadata[evaluations.PEER_EVALUATIONS] = verdicts
     return {"tags": tags, "metadata": metadata}
 
 
