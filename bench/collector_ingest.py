@@ -346,7 +346,7 @@ def pct(values: list[float], q: float) -> float:
 
 # --- in-process ceilings --------------------------------------------------------------------------
 def ceilings(repeat: int = 20) -> list[tuple[str, float]]:
-    from ragtrace_collector.processor.conventions import build_record
+    from ragtrace_collector.processor.conventions import build_record, build_summary
     from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
 
     factory = BodyFactory()
@@ -362,7 +362,7 @@ def ceilings(repeat: int = 20) -> list[tuple[str, float]]:
     t = time.process_time()
     for d in decoded:
         for tid, spans in d.traces.items():
-            build_record(tid, spans, full=False)
+            build_summary(tid, spans)
     rows.append(("record summary (every trace)", factory.spans * repeat / (time.process_time() - t)))
     t = time.process_time()
     for d in decoded:
@@ -380,6 +380,11 @@ def main() -> int:
     ap.add_argument("--max-pending", type=int, default=16, help="collector limits.max_pending_requests (default 16)")
     ap.add_argument("--journal-cost", action="store_true", help="only section 4: the journal on vs off")
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per collector in section 4")
+    ap.add_argument(
+        "--sustained-only",
+        action="store_true",
+        help="sections 1 and 2 only (short runs to interleave before/after comparisons)",
+    )
     args = ap.parse_args()
     if args.journal_cost:
         return journal_cost(args)
@@ -416,6 +421,9 @@ def main() -> int:
         print(
             f"  p50/p99 latency {pct(res['latencies'], 0.5) * 1000:8.1f} / {pct(res['latencies'], 0.99) * 1000:.1f} ms"
         )
+        print(f"  per core / upb decode {per_core / base:8.3f}x")
+        if args.sustained_only:
+            return 0
 
         sustainable_rps = ok / res["elapsed"]
         print("\n== open loop at multiples of the sustainable rate ==")

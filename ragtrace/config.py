@@ -1,7 +1,9 @@
 """``ragtrace.init()``: where spans go, and the limits and privacy rules applied before they leave.
 
 Every setting is resolved argument → environment (``RAGTRACE_*`` first, then the standard
-``OTEL_*`` variable) → default. The decorators read :data:`SETTINGS` on every call, so
+``OTEL_*`` variable) → default: :class:`Env` lists every variable read, with its parser and its
+default (written there once), and treats a bad value one way (reported once, defaulted);
+:class:`Options` is what ``init()`` resolves from them. The decorators read :data:`SETTINGS` on every call, so
 they work before and without ``init()``: until a provider exists they use the global
 OpenTelemetry proxy tracer, which is a no-op until the app (or ``init()``) sets one.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import atexit
 import difflib
 import logging
+import math
 import os
 import re
 import threading
@@ -19,7 +22,8 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from re import Pattern
-from typing import Any
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -32,39 +36,234 @@ from .recent import watch
 
 TRACER_NAME = "ragtrace"
 
-DEFAULT_SERVICE_NAME = "ragtrace-app"
-DEFAULT_HTTP_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
-DEFAULT_GRPC_ENDPOINT = "http://127.0.0.1:4317"
-DEFAULT_PROTOCOL = "http/protobuf"
-DEFAULT_MAX_ATTRIBUTE_LENGTH = 16_384  # characters per string attribute
-DEFAULT_MAX_DOCUMENTS = 20  # documents recorded per span (the total is recorded too)
-DEFAULT_MAX_SPAN_CHARS = 262_144  # characters of text per span, all attributes together
-DEFAULT_MAX_QUEUE_SIZE = 2048  # spans waiting for export; beyond this they are dropped and counted
-DEFAULT_EXPORT_TIMEOUT_S = 5.0
-DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0  # the most ragtrace may add to the app's exit, flush included
-
 REDACTED = "[REDACTED]"
 logger = logging.getLogger("ragtrace")
 
 Redactor = Callable[[str], str]
+_V = TypeVar("_V")
 
+
+def _finite(raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError("is not a number") from None
+    if not math.isfinite(v):
+        raise ValueError("is not a finite number")
+    return v
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        v = int(raw)
+    except ValueError:
+        raise ValueError("is not an integer") from None
+    if v < 1:
+        raise ValueError("is not a positive integer")
+    return v
+
+
+def _positive_seconds(raw: str) -> float:
+    v = _finite(raw)
+    if v <= 0:
+        raise ValueError("is not a number of seconds above 0")
+    return v
+
+
+def _seconds(raw: str) -> float:
+    v = _finite(raw)
+    if v < 0:
+        raise ValueError("is a negative number of seconds")
+    return v
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+# opentelemetry-util-genai's content-capturing modes: content on spans or not
+_CAPTURE_MODES = {"span_only": True, "span_and_event": True, "event_only": False, "no_content": False}
+
+
+def _boolean(raw: str) -> bool:
+    """true/false, 1/0, yes/no, on/off, or a GenAI capture mode (SPAN_ONLY, NO_CONTENT...)."""
+    low = raw.lower()
+    if low in _CAPTURE_MODES:
+        return _CAPTURE_MODES[low]
+    if low in _TRUE or low in _FALSE:
+        return low in _TRUE
+    raise ValueError("is not true or false (or a GenAI capture mode such as NO_CONTENT)")
+
+
+_PROTOCOLS = ("http/protobuf", "http", "grpc")
+
+
+def _protocol(raw: str) -> str:
+    low = raw.lower()
+    if low == "http/json":
+        raise ValueError("is not supported by the Python exporter (use 'http/protobuf' or 'grpc')")
+    if low not in _PROTOCOLS:
+        raise ValueError("is not an OTLP protocol ('http/protobuf' or 'grpc')")
+    return low
+
+
+def _headers(raw: str) -> dict[str, str]:
+    """``key=value`` pairs separated by commas (OTEL_EXPORTER_OTLP_HEADERS' format)."""
+    out = {}
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip():
+            raise ValueError("is not key=value pairs separated by commas")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _url(raw: str) -> str:
+    """An http(s) URL with a host; gRPC also takes a bare ``host:port``."""
+    if "://" not in raw:
+        return raw  # host:port, gRPC's form; for HTTP it is refused when the protocol is known (_http_url)
+    parsed = urlsplit(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("is not an http:// or https:// URL")
+    return raw
+
+
+def _http_url(raw: str) -> str:
+    if "://" not in raw:
+        raise ValueError("is not an http:// or https:// URL")
+    return _url(raw)
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+class _Var(Generic[_V]):
+    """One setting from the environment: its variables (the first set one is read), how its value is read, and
+    its default, written here and nowhere else. A value that cannot be read is reported once (naming the
+    variable, what is wrong and the value used instead) and the default is used: never raised, never silent."""
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        parse: Callable[[str], _V],
+        default: _V,
+        *,
+        secret: bool = False,
+        on_bad: tuple[_V, str] | None = None,
+    ) -> None:
+        self.names = names
+        self.parse = parse
+        self.default = default
+        self.secret = secret  # the value is never logged (headers carry credentials)
+        self.on_bad = on_bad  # (value, how to say it) where a bad value must not mean the default
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """The first variable set (not blank) and its value, stripped."""
+        env = os.environ if environ is None else environ
+        for name in self.names:
+            v = env.get(name)
+            if v is not None and v.strip():
+                return name, v.strip()
+        return None
+
+    def get(
+        self,
+        argument: _V | None = None,
+        parse: Callable[[str], _V] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> _V:
+        """Argument → environment → default."""
+        if argument is not None:
+            return argument
+        found = self.raw(environ)
+        if found is None:
+            return self.default
+        name, value = found
+        try:
+            return (parse or self.parse)(value)
+        except ValueError as exc:
+            fallback, said = self.on_bad if self.on_bad is not None else (self.default, f"the default {self.default}")
+            _report_bad(name, "(value not shown)" if self.secret else repr(value), str(exc), said)
+            return fallback
+
+
+_REPORTED: set[tuple[str, str]] = set()  # (variable, value) already reported: once per process, not per init()
+_REPORTED_LOCK = threading.Lock()
+
+
+def _report_bad(name: str, shown: str, problem: str, used: str) -> None:
+    key = (name, shown)
+    with _REPORTED_LOCK:
+        if key in _REPORTED:
+            return
+        _REPORTED.add(key)
+    logger.warning("ragtrace: %s=%s %s; using %s", name, shown, problem, used)
+
+
+class Env:
+    """Every environment variable the SDK reads (``RAGTRACE_*``, then the standard ``OTEL_*`` one), typed."""
+
+    SERVICE_NAME = _Var(("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME"), _text, "ragtrace-app")
+    # Endpoints: the default depends on the protocol (Options.endpoint); TRACES_ENDPOINT is used as is.
+    ENDPOINT: _Var[str | None] = _Var(
+        ("RAGTRACE_ENDPOINT",), _url, None, on_bad=(None, "the OTEL_EXPORTER_OTLP_* endpoint, else the default")
+    )
+    OTEL_TRACES_ENDPOINT: _Var[str | None] = _Var(
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",),
+        _url,
+        None,
+        on_bad=(None, "OTEL_EXPORTER_OTLP_ENDPOINT, else the default endpoint"),
+    )
+    OTEL_ENDPOINT: _Var[str | None] = _Var(
+        ("OTEL_EXPORTER_OTLP_ENDPOINT",), _url, None, on_bad=(None, "the default endpoint")
+    )
+    PROTOCOL = _Var(
+        ("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        _protocol,
+        "http/protobuf",
+    )
+    HEADERS: _Var[dict[str, str] | None] = _Var(
+        ("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        _headers,
+        None,
+        secret=True,
+        on_bad=(None, "no headers"),
+    )
+    CAPTURE_CONTENT = _Var(
+        ("RAGTRACE_CAPTURE_CONTENT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"),
+        _boolean,
+        True,
+        on_bad=(False, "false: no content is recorded until it says true"),  # a typo of "false" must not capture
+    )
+    MAX_ATTRIBUTE_LENGTH = _Var(("RAGTRACE_MAX_ATTRIBUTE_LENGTH",), _positive_int, 16_384)  # characters per string
+    MAX_DOCUMENTS = _Var(("RAGTRACE_MAX_DOCUMENTS",), _positive_int, 20)  # per span (the total is recorded too)
+    MAX_SPAN_CHARS = _Var(("RAGTRACE_MAX_SPAN_CHARS",), _positive_int, 262_144)  # text per span, all attributes
+    # spans waiting for export; beyond this they are dropped and counted
+    MAX_QUEUE_SIZE = _Var(("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE"), _positive_int, 2048)
+    SCHEDULE_DELAY_MS = _Var(("OTEL_BSP_SCHEDULE_DELAY",), _positive_int, 1000)
+    EXPORT_TIMEOUT_S = _Var(("RAGTRACE_EXPORT_TIMEOUT",), _positive_seconds, 5.0)
+    # the most ragtrace may add to the app's exit, flush included
+    SHUTDOWN_TIMEOUT_S = _Var(("RAGTRACE_SHUTDOWN_TIMEOUT",), _seconds, 5.0)
+
+    @classmethod
+    def all(cls) -> list[_Var[Any]]:
+        return [v for v in vars(cls).values() if isinstance(v, _Var)]
+
+
+DEFAULT_SERVICE_NAME = Env.SERVICE_NAME.default
+DEFAULT_HTTP_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
+DEFAULT_GRPC_ENDPOINT = "http://127.0.0.1:4317"
+DEFAULT_PROTOCOL = Env.PROTOCOL.default
+DEFAULT_MAX_ATTRIBUTE_LENGTH = Env.MAX_ATTRIBUTE_LENGTH.default
+DEFAULT_MAX_DOCUMENTS = Env.MAX_DOCUMENTS.default
+DEFAULT_MAX_SPAN_CHARS = Env.MAX_SPAN_CHARS.default
+DEFAULT_MAX_QUEUE_SIZE = Env.MAX_QUEUE_SIZE.default
+DEFAULT_EXPORT_TIMEOUT_S = Env.EXPORT_TIMEOUT_S.default
+DEFAULT_SHUTDOWN_TIMEOUT_S = Env.SHUTDOWN_TIMEOUT_S.default
 
 #: The environment variables the SDK itself reads (the ``OTEL_*`` ones it also reads are OpenTelemetry's).
-SDK_ENV_VARS = frozenset(
-    {
-        "RAGTRACE_CAPTURE_CONTENT",
-        "RAGTRACE_ENDPOINT",
-        "RAGTRACE_EXPORT_TIMEOUT",
-        "RAGTRACE_HEADERS",
-        "RAGTRACE_MAX_ATTRIBUTE_LENGTH",
-        "RAGTRACE_MAX_DOCUMENTS",
-        "RAGTRACE_MAX_QUEUE_SIZE",
-        "RAGTRACE_MAX_SPAN_CHARS",
-        "RAGTRACE_PROTOCOL",
-        "RAGTRACE_SERVICE_NAME",
-        "RAGTRACE_SHUTDOWN_TIMEOUT",
-    }
-)
+SDK_ENV_VARS = frozenset(n for v in Env.all() for n in v.names if n.startswith("RAGTRACE_"))
 
 
 def _warn_misspelt_env(environ: Mapping[str, str]) -> list[str]:
@@ -80,52 +279,6 @@ def _warn_misspelt_env(environ: Mapping[str, str]) -> list[str]:
                 said.append(f"{name} is not a ragtrace SDK setting and is ignored; did you mean {close[0]}?")
                 logger.warning(said[-1])
     return said
-
-
-def _env(*names: str) -> str | None:
-    for n in names:
-        v = os.environ.get(n)
-        if v is not None and v.strip() != "":
-            return v.strip()
-    return None
-
-
-_TRUE = ("1", "true", "yes", "on")
-# opentelemetry-util-genai's content-capturing modes: content on spans or not
-_CAPTURE_MODES = {"span_only": True, "span_and_event": True, "event_only": False, "no_content": False}
-
-
-def _env_bool(*names: str) -> bool | None:
-    """A boolean from the environment; also accepts the GenAI capture modes (SPAN_ONLY, NO_CONTENT...)."""
-    v = _env(*names)
-    if v is None:
-        return None
-    low = v.lower()
-    if low in _CAPTURE_MODES:
-        return _CAPTURE_MODES[low]
-    return low in _TRUE
-
-
-def _env_int(*names: str) -> int | None:
-    v = _env(*names)
-    if v is None:
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        safety.report("config.env_int", ValueError(f"{names[0]}={v!r} is not an integer"))
-        return None
-
-
-def _env_float(*names: str) -> float | None:
-    v = _env(*names)
-    if v is None:
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        safety.report("config.env_float", ValueError(f"{names[0]}={v!r} is not a number"))
-        return None
 
 
 def make_redactor(redact: Redactor | Iterable[str | Pattern[str]] | None) -> Redactor | None:
@@ -148,7 +301,7 @@ def make_redactor(redact: Redactor | Iterable[str | Pattern[str]] | None) -> Red
 class Settings:
     """What the decorators read on every call. Replaced field by field by :func:`init`."""
 
-    capture_content: bool = True
+    capture_content: bool = Env.CAPTURE_CONTENT.default
     redact: Redactor | None = None
     max_attribute_length: int = DEFAULT_MAX_ATTRIBUTE_LENGTH
     max_documents: int = DEFAULT_MAX_DOCUMENTS
@@ -157,15 +310,14 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        s = cls()
-        cc = _env_bool("RAGTRACE_CAPTURE_CONTENT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
-        if cc is not None:
-            s.capture_content = cc
-        s.max_attribute_length = _env_int("RAGTRACE_MAX_ATTRIBUTE_LENGTH") or s.max_attribute_length
-        s.max_documents = _env_int("RAGTRACE_MAX_DOCUMENTS") or s.max_documents
-        s.max_span_chars = _env_int("RAGTRACE_MAX_SPAN_CHARS") or s.max_span_chars
-        s.tracer = trace.get_tracer(TRACER_NAME)
-        return s
+        """The content rules before (and without) ``init()``: the environment, else the defaults."""
+        return cls(
+            capture_content=Env.CAPTURE_CONTENT.get(),
+            max_attribute_length=Env.MAX_ATTRIBUTE_LENGTH.get(),
+            max_documents=Env.MAX_DOCUMENTS.get(),
+            max_span_chars=Env.MAX_SPAN_CHARS.get(),
+            tracer=trace.get_tracer(TRACER_NAME),
+        )
 
 
 SETTINGS = Settings.from_env()
@@ -373,33 +525,6 @@ def _make_exporter(protocol: str, endpoint: str, headers: dict[str, str] | None,
     raise ValueError(f"unsupported OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
 
 
-def _resolve_endpoint(endpoint: str | None, protocol: str) -> str:
-    """Argument → RAGTRACE_ENDPOINT → OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as is) →
-    OTEL_EXPORTER_OTLP_ENDPOINT (base; ``/v1/traces`` appended for HTTP) → default."""
-    base = endpoint or _env("RAGTRACE_ENDPOINT")
-    if base is None:
-        exact = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        if exact is not None:
-            return exact
-        base = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if base is None:
-        return DEFAULT_GRPC_ENDPOINT if protocol == "grpc" else DEFAULT_HTTP_ENDPOINT
-    if protocol != "grpc" and not base.rstrip("/").endswith("/v1/traces"):
-        base = base.rstrip("/") + "/v1/traces"
-    return base
-
-
-def _parse_headers(raw: str | None) -> dict[str, str] | None:
-    if not raw:
-        return None
-    out = {}
-    for part in raw.split(","):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out or None
-
-
 class TracingHandle:
     """What :func:`init` returns: flush, shut down, and read the drop/export counters.
 
@@ -571,18 +696,31 @@ def init(
     before it is put on a span.
     """
     _warn_misspelt_env(os.environ)
-    _apply_content_rules(capture_content, redact, max_attribute_length, max_documents, max_span_chars)
-    export = _ExportSettings.resolve(protocol, max_queue_size, schedule_delay_ms, export_timeout_s, shutdown_timeout_s)
-    explicit_export = exporter is not None or endpoint is not None or _env("RAGTRACE_ENDPOINT") is not None
-    provider, owns = _choose_provider(tracer_provider, service_name, resource_attributes)
+    options = Options.resolve(
+        service_name=service_name,
+        endpoint=endpoint,
+        protocol=protocol,
+        headers=headers,
+        capture_content=capture_content,
+        max_attribute_length=max_attribute_length,
+        max_documents=max_documents,
+        max_span_chars=max_span_chars,
+        max_queue_size=max_queue_size,
+        schedule_delay_ms=schedule_delay_ms,
+        export_timeout_s=export_timeout_s,
+        shutdown_timeout_s=shutdown_timeout_s,
+    )
+    options.apply_content_rules(SETTINGS, redact)
+    explicit_export = exporter is not None or options.endpoint_asked
+    provider, owns = _choose_provider(tracer_provider, options.service_name, resource_attributes)
     processor = counting = None
     resolved_endpoint: str | None = None
     if (explicit_export or owns) and _is_sdk_provider(provider):
         if exporter is None:
-            resolved_endpoint = _resolve_endpoint(endpoint, export.protocol)
-            exporter = export.otlp_exporter(resolved_endpoint, headers)
+            resolved_endpoint = options.endpoint
+            exporter = options.otlp_exporter()
         counting = CountingExporter(exporter)
-        processor = export.processor(counting)
+        processor = options.processor(counting)
         provider.add_span_processor(processor)
     if _is_sdk_provider(provider):  # root span ids and pipeline names of recent traces, for ragtrace.feedback()
         watch(provider)
@@ -590,38 +728,28 @@ def init(
         trace.set_tracer_provider(provider)
     SETTINGS.tracer = provider.get_tracer(TRACER_NAME)
     handle = TracingHandle(
-        provider, processor, counting, owns, resolved_endpoint, export.protocol, export.shutdown_timeout_s
+        provider, processor, counting, owns, resolved_endpoint, options.protocol, options.shutdown_timeout_s
     )
     SETTINGS._handle = handle  # type: ignore[attr-defined]
     return handle
 
 
-def _apply_content_rules(
-    capture_content: bool | None,
-    redact: Redactor | Iterable[str | Pattern[str]] | None,
-    max_attribute_length: int | None,
-    max_documents: int | None,
-    max_span_chars: int | None,
-) -> None:
-    """What init() decides about span content: argument, then environment, then default."""
-    s = SETTINGS
-    cc = capture_content
-    if cc is None:
-        cc = _env_bool("RAGTRACE_CAPTURE_CONTENT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
-    s.capture_content = True if cc is None else bool(cc)
-    s.redact = make_redactor(redact)
-    s.max_attribute_length = (
-        max_attribute_length or _env_int("RAGTRACE_MAX_ATTRIBUTE_LENGTH") or DEFAULT_MAX_ATTRIBUTE_LENGTH
-    )
-    s.max_documents = max_documents or _env_int("RAGTRACE_MAX_DOCUMENTS") or DEFAULT_MAX_DOCUMENTS
-    s.max_span_chars = max_span_chars or _env_int("RAGTRACE_MAX_SPAN_CHARS") or DEFAULT_MAX_SPAN_CHARS
-
-
 @dataclass(frozen=True)
-class _ExportSettings:
-    """How spans leave the app (argument, then environment, then default): protocol, queue, timings."""
+class Options:
+    """Everything ``init()`` reads, typed and resolved once: argument → environment (:class:`Env`) → default.
 
+    Arguments keep their documented meaning (an empty or zero one is as if not given); a bad environment value
+    is reported and defaulted by :class:`_Var`."""
+
+    service_name: str
     protocol: str
+    endpoint: str
+    endpoint_asked: bool  # by argument or RAGTRACE_ENDPOINT: export even on a provider ragtrace did not make
+    headers: dict[str, str] | None
+    capture_content: bool
+    max_attribute_length: int
+    max_documents: int
+    max_span_chars: int
     max_queue_size: int
     schedule_delay_ms: int
     export_timeout_s: float
@@ -630,40 +758,51 @@ class _ExportSettings:
     @classmethod
     def resolve(
         cls,
-        protocol: str | None,
-        max_queue_size: int | None,
-        schedule_delay_ms: int | None,
-        export_timeout_s: float | None,
-        shutdown_timeout_s: float | None,
-    ) -> _ExportSettings:
-        proto = (
-            protocol
-            or _env("RAGTRACE_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-            or DEFAULT_PROTOCOL
-        ).lower()
-        if proto == "http/json":
+        *,
+        service_name: str | None = None,
+        endpoint: str | None = None,
+        protocol: str | None = None,
+        headers: dict[str, str] | None = None,
+        capture_content: bool | None = None,
+        max_attribute_length: int | None = None,
+        max_documents: int | None = None,
+        max_span_chars: int | None = None,
+        max_queue_size: int | None = None,
+        schedule_delay_ms: int | None = None,
+        export_timeout_s: float | None = None,
+        shutdown_timeout_s: float | None = None,
+    ) -> Options:
+        if protocol and protocol.lower() == "http/json":  # the app's own argument: a programming error, raised
             raise ValueError("OTLP http/json is not supported by the Python exporter: use 'http/protobuf' or 'grpc'")
-        queue = (
-            max_queue_size or _env_int("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE") or DEFAULT_MAX_QUEUE_SIZE
+        proto = Env.PROTOCOL.get(protocol.lower() if protocol else None)
+        export_timeout = Env.EXPORT_TIMEOUT_S.get(export_timeout_s)
+        exit_timeout = Env.SHUTDOWN_TIMEOUT_S.get(shutdown_timeout_s)
+        return cls(
+            service_name=Env.SERVICE_NAME.get(service_name or None),
+            protocol=proto,
+            endpoint=_endpoint(endpoint, proto),
+            endpoint_asked=endpoint is not None or Env.ENDPOINT.raw() is not None,
+            headers=Env.HEADERS.get(headers or None),
+            capture_content=bool(Env.CAPTURE_CONTENT.get(capture_content)),
+            max_attribute_length=Env.MAX_ATTRIBUTE_LENGTH.get(max_attribute_length or None),
+            max_documents=Env.MAX_DOCUMENTS.get(max_documents or None),
+            max_span_chars=Env.MAX_SPAN_CHARS.get(max_span_chars or None),
+            max_queue_size=Env.MAX_QUEUE_SIZE.get(max_queue_size or None),
+            schedule_delay_ms=Env.SCHEDULE_DELAY_MS.get(schedule_delay_ms or None),
+            export_timeout_s=export_timeout if export_timeout > 0 else Env.EXPORT_TIMEOUT_S.default,
+            shutdown_timeout_s=exit_timeout if exit_timeout >= 0 else Env.SHUTDOWN_TIMEOUT_S.default,
         )
-        timeout = export_timeout_s
-        if timeout is None:  # a bad value is reported like every other, never raised out of init()
-            timeout = _env_float("RAGTRACE_EXPORT_TIMEOUT")
-        if timeout is None or timeout <= 0:
-            timeout = DEFAULT_EXPORT_TIMEOUT_S
-        exit_timeout = shutdown_timeout_s
-        if exit_timeout is None:
-            exit_timeout = _env_float("RAGTRACE_SHUTDOWN_TIMEOUT")
-        if exit_timeout is None or exit_timeout < 0:
-            exit_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
-        delay = schedule_delay_ms or _env_int("OTEL_BSP_SCHEDULE_DELAY") or 1000
-        return cls(proto, queue, delay, timeout, exit_timeout)
 
-    def otlp_exporter(self, endpoint: str, headers: dict[str, str] | None) -> SpanExporter:
-        hdrs = headers or _parse_headers(
-            _env("RAGTRACE_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
-        )
-        return _make_exporter(self.protocol, endpoint, hdrs, self.export_timeout_s)
+    def apply_content_rules(self, s: Settings, redact: Redactor | Iterable[str | Pattern[str]] | None) -> None:
+        """What the decorators read on every call."""
+        s.capture_content = self.capture_content
+        s.redact = make_redactor(redact)
+        s.max_attribute_length = self.max_attribute_length
+        s.max_documents = self.max_documents
+        s.max_span_chars = self.max_span_chars
+
+    def otlp_exporter(self) -> SpanExporter:
+        return _make_exporter(self.protocol, self.endpoint, self.headers, self.export_timeout_s)
 
     def processor(self, exporter: CountingExporter) -> CountingBatchSpanProcessor:
         return CountingBatchSpanProcessor(
@@ -676,8 +815,25 @@ class _ExportSettings:
         )
 
 
+def _endpoint(endpoint: str | None, protocol: str) -> str:
+    """Argument → RAGTRACE_ENDPOINT → OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as is) →
+    OTEL_EXPORTER_OTLP_ENDPOINT (base; ``/v1/traces`` appended for HTTP) → default."""
+    parse = _url if protocol == "grpc" else _http_url
+    base = endpoint or Env.ENDPOINT.get(parse=parse)
+    if base is None:
+        exact = Env.OTEL_TRACES_ENDPOINT.get(parse=parse)
+        if exact is not None:
+            return exact
+        base = Env.OTEL_ENDPOINT.get(parse=parse)
+    if base is None:
+        return DEFAULT_GRPC_ENDPOINT if protocol == "grpc" else DEFAULT_HTTP_ENDPOINT
+    if protocol != "grpc" and not base.rstrip("/").endswith("/v1/traces"):
+        base = base.rstrip("/") + "/v1/traces"
+    return base
+
+
 def _choose_provider(
-    tracer_provider: Any, service_name: str | None, resource_attributes: dict[str, Any] | None
+    tracer_provider: Any, service_name: str, resource_attributes: dict[str, Any] | None
 ) -> tuple[Any, bool]:
     """The provider to use and whether ragtrace made it: the one given, else the app's SDK provider, else new."""
     if tracer_provider is not None:
@@ -685,8 +841,7 @@ def _choose_provider(
     current = trace.get_tracer_provider()
     if _is_sdk_provider(current) and current not in _RETIRED:
         return current, False
-    name = service_name or _env("RAGTRACE_SERVICE_NAME", "OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
-    attrs = {"service.name": name, "telemetry.sdk.name.ragtrace": "ragtrace"}
+    attrs = {"service.name": service_name, "telemetry.sdk.name.ragtrace": "ragtrace"}
     attrs.update(resource_attributes or {})
     resource = Resource.create(attrs)
     if OPENINFERENCE_PROJECT_NAME not in resource.attributes:  # else Phoenix files every app under "default"

@@ -27,8 +27,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from . import attributes as A
 from . import safety
 from .config import REDACTED, SETTINGS
-from .decorators import PIPELINE_NAME_KEY, current_trace_id
+from .decorators import current_trace_id
 from .recent import RECENT
+from .roles import PIPELINE_NAME_KEY
 
 logger = logging.getLogger("ragtrace")
 

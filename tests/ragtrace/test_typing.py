@@ -101,6 +101,24 @@ USER_PROGRAM = textwrap.dedent(
             return [query]
 
 
+    def plain_search(query: str) -> list[str]:
+        return [query]
+
+
+    direct = ragtrace.retriever(plain_search, name="direct", data_source="kb")  # a function and options at once
+    found: list[str] = direct("q")
+
+
+    @ragtrace.retriever(nme="typo")  # E: call-overload
+    def misspelt_option(query: str) -> str:
+        return query
+
+
+    @ragtrace.generator(model=3)  # E: call-overload
+    def wrong_option_type(prompt: str) -> str:
+        return prompt
+
+
     reveal_type(search)
     reveal_type(answer)
     reveal_type(stream)
@@ -124,6 +142,7 @@ USER_PROGRAM = textwrap.dedent(
     forecast = weather("Paris", days="2")  # E: arg-type
     total: float = calc("1 + 1") + calc(expression=2)  # E: arg-type
     label: str = calc("1")  # E: assignment
+    direct(1)  # E: arg-type
     """
 )
 

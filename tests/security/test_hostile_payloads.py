@@ -77,10 +77,10 @@ async def served():
 
     async def start(**kw: Any) -> Served:
         stack = Served(**kw)
-        http = OtlpHttpReceiver(stack.ingestor)
-        await http.start("127.0.0.1", 0)
-        grpc_receiver = OtlpGrpcReceiver(stack.ingestor)
-        await grpc_receiver.start("127.0.0.1", 0)
+        http = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+        await http.start()
+        grpc_receiver = OtlpGrpcReceiver(stack.ingestor, "127.0.0.1", 0)
+        await grpc_receiver.start()
         started.append((http, grpc_receiver))
         stack.url = f"http://127.0.0.1:{http.port}"
         stack.target = f"127.0.0.1:{grpc_receiver.port}"
@@ -88,8 +88,8 @@ async def served():
 
     yield start
     for http, grpc_receiver in started:
-        await http.stop()
-        await grpc_receiver.stop(grace=None)
+        await http.shutdown()
+        await grpc_receiver.shutdown(0)
 
 
 def to_otlp_json(request: ExportTraceServiceRequest) -> bytes:

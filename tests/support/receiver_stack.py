@@ -54,16 +54,16 @@ class ServedStack(Stack):
         self, assembly: dict[str, Any] | None = None, bearer_token: str | None = None, **ingestor_kw: Any
     ) -> None:
         super().__init__(assembly, bearer_token, **ingestor_kw)
-        self.http = OtlpHttpReceiver(self.ingestor)
-        self.grpc = OtlpGrpcReceiver(self.ingestor)
+        self.http = OtlpHttpReceiver(self.ingestor, "127.0.0.1", 0)
+        self.grpc = OtlpGrpcReceiver(self.ingestor, "127.0.0.1", 0)
 
     async def start(self) -> ServedStack:
-        await self.http.start("127.0.0.1", 0)
-        await self.grpc.start("127.0.0.1", 0)
+        await self.http.start()
+        await self.grpc.start()
         self.url = f"http://127.0.0.1:{self.http.port}/v1/traces"
         self.target = f"127.0.0.1:{self.grpc.port}"
         return self
 
     async def stop(self) -> None:
-        await self.http.stop()
-        await self.grpc.stop(grace=None)
+        await self.http.shutdown()
+        await self.grpc.shutdown(0)  # calls in flight cancelled at once

@@ -31,8 +31,7 @@ from typing import Any, TextIO
 from ragtrace_collector.cli.printable import json_line, printable
 from ragtrace_collector.explorer.query import parse_duration, parse_time
 from ragtrace_collector.internal.urls import mask_credentials_in
-from ragtrace_collector.model.result import CLAIM_WORDS, unsupported_claim_verdicts
-from ragtrace_collector.model.result import unsupported_claims as _unsupported
+from ragtrace_collector.model.result import CLAIM_WORDS, ClaimVerdicts
 from ragtrace_collector.scoring.results_store import ResultFilter, ResultsStore, StoredResult
 
 MAX_TEXT = 160
@@ -77,17 +76,17 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def unsupported_claims(row: StoredResult) -> list[str]:
-    return _unsupported(row.details)
+    return ClaimVerdicts.from_details(row.details).unsupported_statements()
 
 
 def claim_problems(row: StoredResult) -> list[dict[str, Any]] | None:
     """The claims not counted as supported, each with its verdict: ``statement``, ``verdict`` (the judge's),
     ``kind`` (``contradicted``, ``not_found``, or ``unsupported`` for a ``no`` that does not say which) and
     ``reason``; contradicted first. None where the details hold no per-claim verdicts."""
-    problems = unsupported_claim_verdicts(row.details)
-    if problems is None:
+    typed = ClaimVerdicts.from_details(row.details)
+    if not typed.judged:
         return None
-    return [{k: c[k] for k in ("statement", "verdict", "kind", "reason")} for c in problems]
+    return [{k: v for k, v in typed.view(c).items() if k != "supported"} for c in typed.problems()]
 
 
 def as_json(row: StoredResult) -> dict[str, Any]:

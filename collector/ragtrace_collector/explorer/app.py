@@ -70,6 +70,7 @@ from ragtrace_collector.explorer.views import (
     session_path,
     summary_view,
 )
+from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.credential_limit import client_key
 from ragtrace_collector.internal.credentials import VIA_BEARER, VIA_LOGIN, CredentialGuard, Outcome, Scope
 from ragtrace_collector.review.agreement import AgreementSource
@@ -163,7 +164,7 @@ def fmt_seconds(value: Any) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-class Explorer:
+class Explorer(Component):
     """Serves the results store at ``store_path`` to holders of a read credential (``guard``), and takes reviews
     and feedback into ``labels`` (the label store in the same file, opened here unless the service shares its own)."""
 
@@ -202,6 +203,7 @@ class Explorer:
         # the explorer's own readers: a crowd of list requests never starves /metrics or scoring of threads
         self._pool = ThreadPoolExecutor(config.read_threads, thread_name_prefix="ragtrace-explorer")
         self._reads = ReadGate(config.max_reads_in_flight, config.max_reads_per_client)
+        self._shut = False
         self.env = Environment(
             loader=PackageLoader("ragtrace_collector.explorer", "templates"),
             autoescape=True,
@@ -242,20 +244,35 @@ class Explorer:
         app.router.add_post(API_PATH + "records/{key}/reviews", self.api_add_review)
         app.router.add_post(API_PATH + "records/{key}/feedback", self.api_add_feedback)
 
-    def close(self) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Cancel the reads not begun (those running finish on their own: none is waited for), then close the
+        results store it opened and the label store if it is its own. Idempotent. A read still opening the store
+        (a database locked by another process) is waited for ``timeout`` seconds at most: past that this raises,
+        and that read closes the store it opens."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._store_lock:
+        if self._shut:
+            return
+        self._shut = True  # before the lock: a read that holds it sees this once it has opened the store
+        if self._own_labels:
+            self.labels.close()
+        if not self._store_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise TimeoutError("a read is still opening the results store (it closes it once open)")
+        try:
             if self._store is not None:
                 self._store.close()
                 self._store = None
-        if self._own_labels:
-            self.labels.close()
+        finally:
+            self._store_lock.release()
 
     def store(self) -> ResultsStore | None:
-        """The results store, opened on first use; None while nothing has been scored (no file yet)."""
+        """The results store, opened on first use; None while nothing has been scored (no file yet) or once shut."""
         with self._store_lock:
-            if self._store is None and Path(self.store_path).exists():
-                self._store = ResultsStore(self.store_path)
+            if self._store is None and not self._shut and Path(self.store_path).exists():
+                store = ResultsStore(self.store_path)
+                if self._shut:  # shut down while it opened: nobody else will close it
+                    store.close()
+                    return None
+                self._store = store
             return self._store
 
     # --- auth ---

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ragtrace_collector.explorer.thresholds import Thresholds
-from ragtrace_collector.model.result import claim_kind
+from ragtrace_collector.model.result import ChunkUsefulness, ClaimVerdicts
 from ragtrace_collector.review.agreement import AgreementReport
 from ragtrace_collector.review.labels import Feedback, Review
 from ragtrace_collector.review.queue import REASONS, ReviewQueue
@@ -110,33 +111,33 @@ def _squash(text: str) -> str:
 
 
 def claims_of(record: StoredRecord) -> list[dict[str, Any]]:
-    """The answer's claims with their verdicts, from faithfulness (else hallucination) details; ``kind`` says which
-    verdict in words the page can show (:func:`~ragtrace_collector.model.result.claim_kind`)."""
+    """The answer's claims with their verdicts, from faithfulness (else hallucination) details read through
+    :class:`~ragtrace_collector.model.result.ClaimVerdicts`; ``kind`` says which verdict in words the page can
+    show (supported, contradicted, not_found, or unsupported for a ``no`` that does not say which)."""
     by_metric = {r.metric: r for r in record.results}
     for name in CLAIM_METRICS:
         result = by_metric.get(name)
-        claims = (result.details or {}).get("claims") if result is not None else None
-        if isinstance(claims, list) and claims:
-            idk_ok = bool((result.details or {}).get("idk_counts_as_supported")) if result is not None else False
-            out: list[dict[str, Any]] = []
-            for i, claim in enumerate(c for c in claims if isinstance(c, dict)):
-                verdict = str(claim.get("verdict") or "idk")
-                out.append(
-                    {
-                        "index": i + 1,
-                        "statement": str(claim.get("statement", "")),
-                        "verdict": verdict,
-                        # supported, contradicted, not_found, or unsupported (a "no" that does not say which)
-                        "kind": claim_kind(verdict, claim.get("reason")),
-                        "supported": verdict == "yes" or (idk_ok and verdict == "idk"),
-                        "reason": claim.get("reason"),
-                        "evidence": claim.get("evidence"),
-                        "confidence": claim.get("confidence"),
-                        "contexts": [],  # ranks of the contexts holding its evidence (filled below)
-                        "in_answer": False,
-                    }
-                )
-            return out
+        typed = ClaimVerdicts.from_details(result.details) if result is not None else None
+        if typed is None or not typed.claims:
+            continue
+        out: list[dict[str, Any]] = []
+        for i, stored in enumerate(typed.claims):
+            claim = stored if stored.verdict else replace(stored, verdict="idk")
+            out.append(
+                {
+                    "index": i + 1,
+                    "statement": claim.statement,
+                    "verdict": claim.verdict,
+                    "kind": claim.kind,
+                    "supported": typed.supported(claim),
+                    "reason": claim.reason,
+                    "evidence": claim.evidence,
+                    "confidence": claim.confidence,
+                    "contexts": [],  # ranks of the contexts holding its evidence (filled below)
+                    "in_answer": False,
+                }
+            )
+        return out
     return []
 
 
@@ -169,7 +170,7 @@ def contexts_of(record: StoredRecord, claims: list[dict[str, Any]]) -> list[dict
     whose evidence each holds (and, of those, the ones it supports)."""
     raw = record.record.get("retrieved_contexts") or []
     precision = next((r for r in record.results if r.metric == "context_precision" and r.status == "scored"), None)
-    useful = (precision.details or {}).get("relevant") if precision is not None else None
+    useful = ChunkUsefulness.from_details(precision.details) if precision is not None else None
     contexts = []
     for rank, ctx in enumerate((c for c in raw if isinstance(c, dict)), start=1):
         content = str(ctx.get("content", ""))
@@ -180,9 +181,7 @@ def contexts_of(record: StoredRecord, claims: list[dict[str, Any]]) -> list[dict
             if isinstance(evidence, str) and evidence.strip() and _squash(evidence) in squashed:
                 claim["contexts"].append(rank)
                 holds.append(claim["index"])
-        flag = None
-        if isinstance(useful, list) and rank <= len(useful):
-            flag = bool(useful[rank - 1])
+        flag = useful.at_rank(rank) if useful is not None else None
         contexts.append(
             {
                 "rank": rank,

@@ -48,7 +48,7 @@ from ragtrace_collector.config import OtlpEventsConfig
 from ragtrace_collector.exporter.sender_loop import MAX_REPLY_BYTES, describe_status
 from ragtrace_collector.internal.urls import mask_credentials
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import MetricResult, unsupported_claim_verdicts, unsupported_claims
+from ragtrace_collector.model.result import Claim, ClaimVerdicts, MetricResult
 from ragtrace_collector.scoring.sink import ResultSink
 
 log = logging.getLogger(__name__)
@@ -160,28 +160,29 @@ def make_exporter(
     )
 
 
-def _claim_problem(claim: dict[str, Any], where: str) -> str:
+def _claim_problem(claim: Claim, where: str) -> str:
     """One claim the metric did not count as supported, saying which verdict it had: ``Contradicted: <claim>
     (<the judge's reason>)``, ``Not found in the contexts: <claim>``, or ``Unsupported: <claim> (<reason>)`` for a
     ``no`` whose reason does not say contradicted (an LLM judge's ``no`` may be either)."""
-    statement = " ".join(claim["statement"].split())
-    if claim["kind"] == "not_found":
+    statement = " ".join(claim.statement.split())
+    if claim.kind == "not_found":
         return f"Not found in {where}: {statement}"
-    label = "Contradicted" if claim["kind"] == "contradicted" else "Unsupported"
-    return f"{label}: {statement} ({claim['reason']})" if claim["reason"] else f"{label}: {statement}"
+    label = "Contradicted" if claim.kind == "contradicted" else "Unsupported"
+    reason = " ".join(claim.reason.split()) if claim.reason else None
+    return f"{label}: {statement} ({reason})" if reason else f"{label}: {statement}"
 
 
 def explanation(result: MetricResult) -> str:
     """A short human-readable why: where the details hold per-claim verdicts, each claim not counted as supported
     with its verdict (contradicted first, then unsupported, then not found); else the unsupported claims where the
     metric lists them; else the reason. At most ``MAX_EXPLANATION_CHARS``."""
-    details = result.details or {}
-    problems = unsupported_claim_verdicts(details)
+    typed = ClaimVerdicts.from_details(result.details)
+    problems = typed.problems()
     if problems:
-        where = "the source" if details.get("source") == "user_input" else "the contexts"  # summarization's source
+        where = "the source" if typed.source == "user_input" else "the contexts"  # summarization's source
         text = "; ".join(_claim_problem(c, where) for c in problems)
-    elif problems is None and (bad := unsupported_claims(details)):
-        text = "Unsupported claims: " + "; ".join(str(c) for c in bad)
+    elif not typed.judged and (bad := typed.unsupported_statements()):
+        text = "Unsupported claims: " + "; ".join(bad)
     else:
         text = result.reason or ""
     return text if len(text) <= MAX_EXPLANATION_CHARS else text[: MAX_EXPLANATION_CHARS - 1] + "…"

@@ -70,7 +70,7 @@ class Failure:
 
 
 class Closing(Component):
-    """A resource whose one release is a ``close()`` (a stage's state, a budget, the journal): the contract around it,
+    """A resource whose one release is a ``close()`` (a stage's state, a budget): the contract around it,
     so the lifecycle treats it as any other component."""
 
     def __init__(self, close: Callable[[], object]) -> None:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ragtrace_collector.internal.component import Component
+
 log = logging.getLogger(__name__)
 
 PROTOBUF, JSON = 0, 1
@@ -46,6 +48,7 @@ LOGS_PROTOBUF, LOGS_JSON = 4, 5  # OTLP log requests (their GenAI events are ack
 _HEADER = struct.Struct("<IIB")
 _MAX_RECORD = 256 * 1024 * 1024  # a length beyond any request: a torn or foreign header
 MARGIN = 0.5  # seconds: an acknowledged append reaches assembly well within this
+SHUTDOWN_SECONDS = 10.0  # the writer's last batch, when a shutdown gives no bound
 
 
 class JournalError(OSError):
@@ -87,9 +90,10 @@ def read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
             yield kind, payload
 
 
-class Journal:
+class Journal(Component):
     """Append-only segments in ``directory`` (see the module docstring). Appends come from the event loop
-    (:meth:`append`), truncation from the service's sweep; one writer thread does the file work."""
+    (:meth:`append`), truncation from the service's sweep; one writer thread does the file work. A component ready
+    once built (replay comes before the receivers start); :meth:`shutdown` writes what was appended, then closes."""
 
     def __init__(
         self,
@@ -124,6 +128,7 @@ class Journal:
         self._probing = False
         self._rotating = False
         self._last_append_at = -math.inf  # clock time of the last durable append
+        self._shut = False
 
     # --- the hot path ---
     async def append(self, kind: int, payload: bytes) -> None:
@@ -192,10 +197,18 @@ class Journal:
         with self._lock:
             return len(self._segments)
 
-    def close(self) -> None:
-        self._pending.put(None)
-        self._writer.join(10)
-        self._fh.close()
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Have the writer write and sync every append already made, then close the segment, within ``timeout``
+        seconds (None: :data:`SHUTDOWN_SECONDS`). A writer still syncing then (a stalled disk) finishes alone and
+        closes the file itself; this raises, reporting it (what it holds was not acknowledged yet)."""
+        if self._shut:
+            return
+        self._shut = True
+        self._pending.put(None)  # after every append queued so far: they are written first
+        bound = SHUTDOWN_SECONDS if timeout is None else max(0.0, timeout)
+        self._writer.join(bound)
+        if self._writer.is_alive():
+            raise JournalError(f"the journal writer is still syncing {self._current.path} after {bound:g} s")
 
     # --- the writer thread ---
     def _open_segment(self) -> _Segment:
@@ -205,6 +218,12 @@ class Journal:
         return segment
 
     def _write_loop(self) -> None:
+        try:
+            self._write_until_shutdown()
+        finally:  # the writer closes the file it writes: a shutdown that stopped waiting never closes it under it
+            self._fh.close()
+
+    def _write_until_shutdown(self) -> None:
         while True:
             first = self._pending.get()
             if first is None:
@@ -304,7 +323,7 @@ class Journal:
 
 
 def _open_for_appends(path: Path) -> BinaryIO:
-    """The segment file, unbuffered: held open across appends, closed on rotation and by :meth:`Journal.close`."""
+    """The segment file, unbuffered: held open across appends, closed on rotation and by :meth:`Journal.shutdown`."""
     return open(path, "ab", buffering=0)
 
 

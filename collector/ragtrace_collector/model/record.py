@@ -7,7 +7,9 @@ Field names follow Ragas where Ragas has one (``user_input``, ``retrieved_contex
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -131,6 +133,11 @@ class RagRecord(BaseModel):
         return [c.content for c in self.retrieved_contexts]
 
     @property
+    def context_scores(self) -> list[float | None]:
+        """The retrieved chunks' scores, in rank order (what the sampler's low-score rule reads)."""
+        return [c.score for c in self.retrieved_contexts]
+
+    @property
     def key(self) -> str:
         """Stable identity used for idempotent scoring: trace id for live records, else row id."""
         return self.trace_id or self.id or ""
@@ -140,3 +147,69 @@ class RagRecord(BaseModel):
         row = self.model_dump(exclude_none=True, exclude_defaults=True)
         row["retrieved_contexts"] = self.context_texts
         return row
+
+
+class RecordFacts(Protocol):
+    """What the latency metrics and the sampler read of a record: a :class:`RecordSummary` (every trace) or a whole
+    :class:`RagRecord` (a data set row, a test) answers the same."""
+
+    @property
+    def trace_id(self) -> str | None: ...
+    @property
+    def service(self) -> str | None: ...
+    @property
+    def pipeline(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def input_tokens(self) -> int | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def ttft_seconds(self) -> float | None: ...
+    @property
+    def tpot_seconds(self) -> float | None: ...
+    @property
+    def request_duration_seconds(self) -> float | None: ...
+    @property
+    def retrieval_duration_seconds(self) -> float | None: ...
+    @property
+    def generation_duration_seconds(self) -> float | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def reference(self) -> str | None: ...
+    @property
+    def sample_requested(self) -> bool: ...
+    @property
+    def context_scores(self) -> Sequence[float | None]: ...
+
+
+@dataclass(slots=True)
+class RecordSummary:
+    """The text-free part of a record, named as on :class:`RagRecord`: what every trace gets (latency metrics,
+    sampling rules) at a fraction of a whole record's cost; only the sampled traces are built in full. Its fields
+    equal the full record's (``tests/ragtrace_collector/processor/test_summary_differential.py``)."""
+
+    trace_id: str | None
+    service: str | None = None
+    pipeline: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ttft_seconds: float | None = None
+    tpot_seconds: float | None = None
+    request_duration_seconds: float | None = None
+    retrieval_duration_seconds: float | None = None
+    generation_duration_seconds: float | None = None
+    streamed: bool | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    reference: str | None = None
+    sample_requested: bool = False
+    error: str | None = None
+    start_time_unix_nano: int | None = None
+    end_time_unix_nano: int | None = None
+    # scores of the reranked, else retrieved, documents in rank order (the low-score rule), no text read
+    context_scores: list[float | None] = field(default_factory=list)

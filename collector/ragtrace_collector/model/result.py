@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import Any, Literal
 
 Status = Literal["scored", "skipped", "error"]
@@ -52,7 +53,7 @@ class MetricResult:
     """One metric on one record.
 
     ``score`` is set only when ``status == "scored"`` and is always finite and inside the
-    metric's stated range. ``skipped`` carries the reason in ``reason`` (missing inputs, a judge
+    metric's stated range (checked when the metric passes ``score_range``). ``skipped`` carries the reason in ``reason`` (missing inputs, a judge
     that cannot decide it honestly); ``error`` carries the message, with ``retryable`` set when
     the cause was the judge's availability (outage, 429, timeout), so the record can wait.
     """
@@ -67,11 +68,16 @@ class MetricResult:
     higher_is_better: bool = True
     label: str | None = None  # e.g. "pass"/"fail" or a safety category verdict
     provenance: dict[str, Any] = field(default_factory=dict)
+    # The metric's declared range, checked at construction and not stored (an init-only field, so neither
+    # ``to_dict`` nor the stores see it): a scored result outside it is a bug, never published.
+    score_range: InitVar[tuple[float, float] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, score_range: tuple[float, float] | None) -> None:
         if self.status == "scored":
             if self.score is None or not math.isfinite(self.score):
                 raise ValueError(f"{self.metric}: a scored result needs a finite score, got {self.score!r}")
+            if score_range is not None and not score_range[0] <= self.score <= score_range[1]:
+                raise ValueError(f"{self.metric}: score {self.score!r} outside [{score_range[0]}, {score_range[1]}]")
         else:
             self.score = None
 
@@ -79,22 +85,150 @@ class MetricResult:
         return asdict(self)
 
 
-def unsupported_claims(details: dict[str, Any] | None) -> list[str]:
+@dataclass(frozen=True)
+class Claim:
+    """One claim as a claim-based metric stores it in ``details["claims"]`` (faithfulness, hallucination,
+    summarization): the one definition of that stored form, written by the metrics and read by every reader.
+    ``verdict`` is ``yes``/``no``/``idk``, or None in details written without one."""
+
+    statement: str
+    verdict: str | None
+    reason: str | None = None
+    evidence: str | None = None
+    confidence: float | None = None
+
+    @property
+    def kind(self) -> ClaimKind:
+        return claim_kind(self.verdict, self.reason)
+
+    def to_detail(self) -> dict[str, Any]:
+        """The stored form: ``reason`` and ``evidence`` only when non-empty, ``confidence`` rounded to 4 places."""
+        d: dict[str, Any] = {"statement": self.statement, "verdict": self.verdict}
+        if self.reason:
+            d["reason"] = self.reason
+        if self.evidence:
+            d["evidence"] = self.evidence
+        if self.confidence is not None:
+            d["confidence"] = round(float(self.confidence), 4)
+        return d
+
+    @classmethod
+    def from_detail(cls, d: Mapping[str, Any]) -> Claim:
+        """Read back a stored claim, tolerating any shape a store may hold (wrong types read as absent)."""
+        verdict = d.get("verdict")
+        reason, evidence, confidence = d.get("reason"), d.get("evidence"), d.get("confidence")
+        return cls(
+            statement=str(d.get("statement", "")),
+            verdict=None if verdict is None else str(verdict),
+            reason=reason if isinstance(reason, str) else None,
+            evidence=evidence if isinstance(evidence, str) else None,
+            confidence=float(confidence)
+            if isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
+            else None,
+        )
+
+
+@dataclass(frozen=True)
+class ClaimVerdicts:
+    """The claim-based part of a metric's ``details``, typed, so readers (explorer, exporters, the results CLI)
+    never pick at string keys: ``claims``, ``idk_counts_as_supported``, the statements a metric lists as
+    ``unsupported`` (hallucination; ``unsupported_claims`` in older stores) and summarization's ``source``.
+    :meth:`from_details` reads any stored details (absent parts empty); :meth:`to_details` writes these keys back
+    in the stored form, so ``from_details(d).to_details()`` equals those keys of ``d``."""
+
+    claims: tuple[Claim, ...] = ()
+    idk_counts_as_supported: bool = False
+    unsupported: tuple[str, ...] | None = None
+    source: str | None = None
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any] | None) -> ClaimVerdicts:
+        details = details or {}
+        claims = details.get("claims")
+        listed = details.get("unsupported", details.get("unsupported_claims"))
+        source = details.get("source")
+        return cls(
+            claims=tuple(Claim.from_detail(c) for c in claims if isinstance(c, dict))
+            if isinstance(claims, (list, tuple))
+            else (),
+            idk_counts_as_supported=bool(details.get("idk_counts_as_supported")),
+            unsupported=tuple(str(c.get("statement", c)) if isinstance(c, dict) else str(c) for c in listed)
+            if isinstance(listed, (list, tuple))
+            else None,
+            source=source if isinstance(source, str) else None,
+        )
+
+    def to_details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"claims": [c.to_detail() for c in self.claims]}
+        if self.unsupported is not None:
+            out["unsupported"] = list(self.unsupported)
+        if self.source is not None:
+            out["source"] = self.source
+        out["idk_counts_as_supported"] = self.idk_counts_as_supported
+        return out
+
+    def supported(self, claim: Claim) -> bool:
+        """Whether the metric counted ``claim`` as supported (``idk`` too where ``idk_counts_as_supported``)."""
+        return claim.verdict == "yes" or (self.idk_counts_as_supported and claim.verdict == "idk")
+
+    @property
+    def judged(self) -> list[Claim]:
+        """The claims that carry a verdict (an NLI metric's claims carry labels, a noise metric's none)."""
+        return [c for c in self.claims if c.verdict is not None]
+
+    def unsupported_statements(self) -> list[str]:
+        """The listed unsupported statements where the metric lists them, else the judged claims not counted
+        as supported."""
+        if self.unsupported is not None:
+            return list(self.unsupported)
+        return [c.statement for c in self.judged if not self.supported(c)]
+
+    def problems(self) -> list[Claim]:
+        """The judged claims not counted as supported: contradicted first, then unsupported, then not found."""
+        return sorted((c for c in self.judged if not self.supported(c)), key=lambda c: _PROBLEM_ORDER[c.kind])
+
+    def view(self, claim: Claim) -> dict[str, Any]:
+        """A judged claim as readers show it: ``statement``, ``verdict``, ``kind``, ``supported`` and ``reason``
+        (whitespace squashed)."""
+        return {
+            "statement": claim.statement,
+            "verdict": str(claim.verdict),
+            "kind": claim.kind,
+            "supported": self.supported(claim),
+            "reason": " ".join(claim.reason.split()) if claim.reason is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class ChunkUsefulness:
+    """Context precision's ``details``, typed: one usefulness flag per ranked chunk (stored as 0/1 in
+    ``relevant``), judged ``against`` the reference or the response. The explorer reads each context's
+    usefulness from it; :meth:`to_details` is the stored form the metric writes."""
+
+    useful: tuple[bool, ...] = ()
+    against: str | None = None
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any] | None) -> ChunkUsefulness | None:
+        """None where the details hold no per-rank flags."""
+        flags = (details or {}).get("relevant")
+        if not isinstance(flags, list):
+            return None
+        against = (details or {}).get("against")
+        return cls(tuple(bool(f) for f in flags), against if isinstance(against, str) else None)
+
+    def to_details(self) -> dict[str, Any]:
+        return {"relevant": [int(f) for f in self.useful], "against": self.against}
+
+    def at_rank(self, rank: int) -> bool | None:
+        """The flag of the chunk at 1-based ``rank``; None past the judged chunks."""
+        return self.useful[rank - 1] if 1 <= rank <= len(self.useful) else None
+
+
+def unsupported_claims(details: Mapping[str, Any] | None) -> list[str]:
     """The claims a metric found unsupported: ``details["unsupported"]`` (hallucination) or the
     ``claims`` whose verdict is not ``yes`` (faithfulness; ``idk`` too unless it counted as supported)."""
-    details = details or {}
-    listed = details.get("unsupported", details.get("unsupported_claims"))
-    if isinstance(listed, (list, tuple)):
-        return [str(c.get("statement", c)) if isinstance(c, dict) else str(c) for c in listed]
-    claims = details.get("claims")
-    if not isinstance(claims, (list, tuple)):
-        return []
-    ok = {"yes", "idk"} if details.get("idk_counts_as_supported") else {"yes"}
-    return [
-        str(c.get("statement", ""))
-        for c in claims
-        if isinstance(c, dict) and c.get("verdict") is not None and c.get("verdict") not in ok
-    ]
+    return ClaimVerdicts.from_details(details).unsupported_statements()
 
 
 def claim_kind(verdict: Any, reason: Any = None) -> ClaimKind:
@@ -111,38 +245,18 @@ def claim_kind(verdict: Any, reason: Any = None) -> ClaimKind:
     return "unsupported"
 
 
-def claim_verdicts(details: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    """The per-claim verdicts of a metric's ``details["claims"]`` (faithfulness, hallucination, summarization), each
-    ``statement``, ``verdict``, ``kind`` (:func:`claim_kind`), ``supported`` (as the metric counted it, ``idk``
-    included where ``idk_counts_as_supported``) and ``reason``; None where the details carry no per-claim
-    verdicts (a metric that lists only statements, or none)."""
-    details = details or {}
-    claims = details.get("claims")
-    if not isinstance(claims, (list, tuple)):
-        return None
-    idk_ok = bool(details.get("idk_counts_as_supported"))
-    out = []
-    for c in claims:
-        if not isinstance(c, dict) or c.get("verdict") is None:
-            continue
-        verdict = str(c["verdict"])
-        reason = c.get("reason")
-        out.append(
-            {
-                "statement": str(c.get("statement", "")),
-                "verdict": verdict,
-                "kind": claim_kind(verdict, reason),
-                "supported": verdict == "yes" or (idk_ok and verdict == "idk"),
-                "reason": " ".join(reason.split()) if isinstance(reason, str) else None,
-            }
-        )
-    return out or None
+def claim_verdicts(details: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The per-claim verdicts of a metric's ``details["claims"]`` (faithfulness, hallucination, summarization) as
+    :meth:`ClaimVerdicts.view` shows them; None where the details carry no per-claim verdicts (a metric that lists
+    only statements, or none)."""
+    typed = ClaimVerdicts.from_details(details)
+    return [typed.view(c) for c in typed.judged] or None
 
 
-def unsupported_claim_verdicts(details: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+def unsupported_claim_verdicts(details: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
     """:func:`claim_verdicts` of the claims the metric did not count as supported, contradicted first, then
     unsupported, then not found; None where the details carry no per-claim verdicts."""
-    verdicts = claim_verdicts(details)
-    if verdicts is None:
+    typed = ClaimVerdicts.from_details(details)
+    if not typed.judged:
         return None
-    return sorted((c for c in verdicts if not c["supported"]), key=lambda c: _PROBLEM_ORDER[c["kind"]])
+    return [typed.view(c) for c in typed.problems()]

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from ragtrace_collector.internal.journal import Journal
-from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.record import RagRecord, RecordFacts
 from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.conventions.completeness import missing_fields
@@ -36,7 +36,7 @@ ASSEMBLY_ERROR = "assembly_error"
 class SweepObserver(Protocol):
     """What the sweep reports (implemented by :class:`ragtrace_collector.telemetry.ingest.IngestMetrics`)."""
 
-    def observe_record(self, record: RagRecord) -> None: ...
+    def observe_record(self, record: RecordFacts) -> None: ...
 
     def dropped(self, pipeline: str | None, reason: str) -> None: ...
 
@@ -90,13 +90,13 @@ class Sweeper:
             selected: list[RagRecord] = []
             for item in completed:
                 try:
-                    summary = self.assembler.build(item, full=False)
+                    summary = self.assembler.summary(item)
                     built += 1
                     self.observer.observe_record(summary)
-                    if self.sampler.sample(summary):
+                    decision = self.sampler.select(summary)
+                    if decision.sampled:
                         # texts (query, answer, contexts) are read only for the records that get scored
-                        record = self.assembler.build(item, full=True)
-                        record.sampling_weight = summary.sampling_weight
+                        record = self.assembler.build(item, decision.weight)
                         selected.append(record)
                         self._diagnose(record, item.spans)
                 except Exception:

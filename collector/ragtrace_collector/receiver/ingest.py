@@ -70,6 +70,10 @@ log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
+#: At shutdown a receiver stops accepting at once and lets the requests in flight finish for this long (never more
+#: than the shutdown's timeout): a request being journaled still gets its reply rather than a reset.
+GRACE_SECONDS = 1.0
+
 # (decoded body, its content type, the parsed ExportTraceServiceRequest) of an ingested request; never blocks
 Forward = Callable[[bytes, str, Any], object]
 

@@ -23,16 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from ragtrace_collector.config import ListenConfig
+from ragtrace_collector.internal.component import AsyncComponent
 from ragtrace_collector.internal.credentials import VIA_OTLP_GRPC, Outcome, Scope
 from ragtrace_collector.receiver import ingest as outcomes
 from ragtrace_collector.receiver.decode import MalformedRequest
-from ragtrace_collector.receiver.ingest import LOGS, PROTOBUF, TRACES, Ingestor, Signal
+from ragtrace_collector.receiver.ingest import GRACE_SECONDS, LOGS, PROTOBUF, TRACES, Ingestor, Signal
 
 log = logging.getLogger(__name__)
 
@@ -148,18 +151,30 @@ class ExportService:
             ing.done()
 
 
-class OtlpGrpcReceiver:
-    """A ``grpc.aio`` server carrying the trace and logs services; ``start(host, port)`` returns the bound port."""
+class OtlpGrpcReceiver(AsyncComponent):
+    """A ``grpc.aio`` server carrying the trace and logs services on ``host``:``port`` (port 0: any free port;
+    ``port`` is the bound one after :meth:`start`), a component: bound at start, stopped gracefully at shutdown."""
 
-    def __init__(self, ingestor: Ingestor) -> None:
+    def __init__(self, ingestor: Ingestor, host: str, port: int, *, grace_seconds: float = GRACE_SECONDS) -> None:
         self.ingestor = ingestor
+        self.host = host
+        self.requested_port = port
+        self.grace_seconds = grace_seconds
         self.service = ExportService(ingestor, TRACES)
         self.logs = ExportService(ingestor, LOGS)
         self.server: grpc.aio.Server | None = None
         self.port: int | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    @classmethod
+    def from_config(cls, listen: ListenConfig, ingestor: Ingestor, **kwargs: Any) -> OtlpGrpcReceiver:
+        """The receiver of ``listen.host`` / ``listen.grpc_port`` (which must be set)."""
+        if listen.grpc_port is None:
+            raise ValueError("listen.grpc_port is not set")
+        return cls(ingestor, listen.host, listen.grpc_port, **kwargs)
+
+    async def start(self) -> None:
         limit = self.ingestor.max_request_bytes
+        # held from here: a server that failed to bind is stopped by shutdown (stopping one never started is a no-op)
         self.server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", 2 * limit),
@@ -176,17 +191,21 @@ class OtlpGrpcReceiver:
             {"Export": grpc.stream_unary_rpc_method_handler(self.logs.ExportBytes)},
         )
         self.server.add_generic_rpc_handlers((handler, logs))
+        address = f"{self.host}:{self.requested_port}"
         try:
-            bound = self.server.add_insecure_port(f"{host}:{port}")
+            bound = self.server.add_insecure_port(address)
         except RuntimeError:  # grpc's "Failed to bind" (address in use, no such address)
             bound = 0
         if not bound:
-            raise OSError(f"cannot bind OTLP/gRPC on {host}:{port} (address in use or not available)")
+            raise OSError(f"cannot bind OTLP/gRPC on {address} (address in use or not available)")
         await self.server.start()
         self.port = bound
-        return bound
 
-    async def stop(self, grace: float | None = 1.0) -> None:
-        if self.server is not None:
-            await self.server.stop(grace)
-            self.server = None
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Refuse new calls at once and let those in flight finish for ``grace_seconds`` (at most ``timeout``),
+        then cancel them: gRPC's graceful stop, bounded."""
+        server, self.server = self.server, None
+        if server is None:
+            return
+        grace = self.grace_seconds if timeout is None else max(0.0, min(self.grace_seconds, timeout))
+        await server.stop(grace)

@@ -23,6 +23,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -31,11 +32,13 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from ragtrace_collector.config import ListenConfig
+from ragtrace_collector.internal.component import AsyncComponent
 from ragtrace_collector.internal.credentials import VIA_OTLP_HTTP, Outcome
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.receiver import ingest as outcomes
 from ragtrace_collector.receiver.decode import MalformedRequest
-from ragtrace_collector.receiver.ingest import LOGS, TRACES, Ingestor, Signal
+from ragtrace_collector.receiver.ingest import GRACE_SECONDS, LOGS, TRACES, Ingestor, Signal
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +173,25 @@ def _success(content_type: str, decoded: DecodedRequest, signal: Signal) -> web.
     return web.Response(status=200, body=body, content_type=content_type)
 
 
-class OtlpHttpReceiver:
-    """The aiohttp application and its site; ``start(host, port)`` binds (port 0 → any free port)."""
+class OtlpHttpReceiver(AsyncComponent):
+    """The aiohttp application on ``host``:``port`` (port 0: any free port; ``port`` is the bound one after
+    :meth:`start`), a component: bound at start, closed at shutdown after ``grace_seconds`` for requests in flight."""
 
     def __init__(
-        self, ingestor: Ingestor, ready: Callable[[], bool] = lambda: True, middlewares: Sequence = ()
+        self,
+        ingestor: Ingestor,
+        host: str,
+        port: int,
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        middlewares: Sequence = (),
+        grace_seconds: float = GRACE_SECONDS,
     ) -> None:
         self.ingestor = ingestor
+        self.host = host
+        self.requested_port = port
         self.ready = ready
+        self.grace_seconds = grace_seconds
         # (bodies are read by _Body); middlewares: the service's host check (ragtrace_collector.internal.hosts)
         self.app = web.Application(client_max_size=ingestor.max_request_bytes, middlewares=list(middlewares))
         self.app.router.add_post(TRACES_PATH, self.handle_traces)
@@ -185,9 +199,17 @@ class OtlpHttpReceiver:
         self.app.router.add_get("/healthz", self.handle_health)
         self.app.router.add_get("/readyz", self.handle_ready)
         self._runner: web.AppRunner | None = None
+        self._closing: asyncio.Task[None] | None = None
         self.port: int | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    @classmethod
+    def from_config(cls, listen: ListenConfig, ingestor: Ingestor, **kwargs: Any) -> OtlpHttpReceiver:
+        """The receiver of ``listen.host`` / ``listen.http_port`` (which must be set)."""
+        if listen.http_port is None:
+            raise ValueError("listen.http_port is not set")
+        return cls(ingestor, listen.host, listen.http_port, **kwargs)
+
+    async def start(self) -> None:
         # Bodies are decompressed here, not by aiohttp, so a broken or oversized gzip stream gets a 400/413
         # reply (and is counted) instead of a dropped connection. keepalive_timeout is aiohttp's only clock on
         # a connection with no request in progress: it closes one that sends no (or half a) request head.
@@ -197,17 +219,27 @@ class OtlpHttpReceiver:
             handle_signals=False,
             auto_decompress=False,
             keepalive_timeout=self.ingestor.read_timeout,
+            shutdown_timeout=self.grace_seconds,
         )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=1024, reuse_address=True)
+        await self._runner.setup()  # held from here: a bind that fails is released by shutdown
+        site = web.TCPSite(self._runner, self.host, self.requested_port, backlog=1024, reuse_address=True)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return self.port
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop listening at once, give requests in flight ``grace_seconds``, then close every connection. Past
+        ``timeout`` this raises while the close goes on (it ends within the grace): nothing is left open."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            self._closing = asyncio.ensure_future(runner.cleanup())
+        if self._closing is None or self._closing.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._closing), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"OTLP/HTTP requests still in flight after {timeout:g} s (closed within {self.grace_seconds:g} s)"
+            ) from None
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -25,7 +25,7 @@ from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.explorer.app import Backlog
 from ragtrace_collector.exporter.forward import Forwarder
 from ragtrace_collector.exporter.prometheus import MetricsEndpoint, metrics_response
-from ragtrace_collector.internal.component import AsyncComponent, Closing, Failure, Lifecycle, Task
+from ragtrace_collector.internal.component import Closing, Failure, Lifecycle, Task
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
 from ragtrace_collector.internal.journal import Journal
@@ -52,25 +52,6 @@ from ragtrace_collector.telemetry.ingest import IngestMetrics
 __all__ = ["CollectorApp", "metrics_response"]
 
 log = logging.getLogger(__name__)
-
-
-class _Receiver(AsyncComponent):
-    """An OTLP receiver under the component contract: its listen address from the ``listen`` section, bound at
-    start, stopped at shutdown (the receivers take the address at ``start`` and stop with their own verbs)."""
-
-    def __init__(self, receiver: OtlpHttpReceiver | OtlpGrpcReceiver, host: str, port: int) -> None:
-        self.receiver = receiver
-        self.host = host
-        self.port = port
-
-    async def start(self) -> None:
-        await self.receiver.start(self.host, self.port)
-
-    async def shutdown(self, timeout: float | None = None) -> None:
-        if isinstance(self.receiver, OtlpGrpcReceiver):
-            await self.receiver.stop(grace=min(1.0, 1.0 if timeout is None else timeout))
-        else:
-            await self.receiver.stop()
 
 
 class CollectorApp:
@@ -201,7 +182,7 @@ class CollectorApp:
             self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
             journal = self._open_journal()
             if journal is not None:  # closed after the sweep's last flush (it truncates the journal)
-                await parts.start("assembly journal", Closing(journal.close))
+                await parts.start("assembly journal", journal)
         sinks_started = False
         if cfg.runs_worker:
             worker = self.worker = build_worker(cfg, self.registry, self.queue)
@@ -280,15 +261,14 @@ class CollectorApp:
             Task("ragtrace-assembly-sweep", lambda: sweeper.run(cfg.assembly.sweep_interval_seconds), then=flush),
         )
         await parts.start("loop-lag watch", Task("ragtrace-loop-lag", ingestor.watch_loop_lag))
-        host = cfg.listen.host
         if cfg.listen.http_port is not None:
-            self.http = OtlpHttpReceiver(
-                ingestor, ready=lambda: self.ready, middlewares=[self._host_check("otlp_http")]
+            self.http = OtlpHttpReceiver.from_config(
+                cfg.listen, ingestor, ready=lambda: self.ready, middlewares=[self._host_check("otlp_http")]
             )
-            await parts.start("otlp/http receiver", _Receiver(self.http, host, cfg.listen.http_port))
+            await parts.start("otlp/http receiver", self.http)
         if cfg.listen.grpc_port is not None:
-            self.grpc = OtlpGrpcReceiver(ingestor)
-            await parts.start_beside("otlp/grpc receiver", _Receiver(self.grpc, host, cfg.listen.grpc_port))
+            self.grpc = OtlpGrpcReceiver.from_config(cfg.listen, ingestor)
+            await parts.start_beside("otlp/grpc receiver", self.grpc)
 
     def _backlog(self) -> Backlog:
         """What the explorer says above its list: records queued and not scored yet, and the judge's outage."""
@@ -370,7 +350,7 @@ class CollectorApp:
                 labels=self.labels,
                 feedback=self.feedback,
             )
-            await self.components.start("explorer", Closing(explorer.close))  # after the listener, its reader
+            await self.components.start("explorer", explorer)  # after the listener, its reader
             routes.append(explorer.add_routes)
             # judge vs human agreement in /metrics: a cached report, never a store scan per scrape
             self.registry.register(AgreementCollector(explorer.agreement, cfg.review.max_agreement_series))

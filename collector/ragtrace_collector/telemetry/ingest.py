@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ragtrace_collector.config import LimitsConfig
-from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.record import RecordFacts
 from ragtrace_collector.telemetry.labels import (  # noqa: F401 (OTHER, UNKNOWN re-exported)
     OTHER,
     UNKNOWN,
@@ -273,7 +273,7 @@ class IngestMetrics:
         req, ret, received, errors = self._per_pipeline.children(service, pipeline)
         return (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors)
 
-    def observe_record(self, record: RagRecord) -> None:
+    def observe_record(self, record: RecordFacts) -> None:
         """Latency, tokens and counts of one assembled record, with its trace id as exemplar."""
         (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors) = self._series(
             record.service, record.pipeline, record.model

@@ -35,7 +35,7 @@ def page(tmp_path: Path, results: list, judge: str = "local") -> tuple[dict, str
         assert view is not None
         return view, explorer.env.get_template("record.html").render(r=view)
     finally:
-        explorer.close()
+        explorer.shutdown()
 
 
 def claim_items(html: str) -> list[tuple[str, str, str]]:

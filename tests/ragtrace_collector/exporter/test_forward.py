@@ -67,8 +67,8 @@ async def served() -> AsyncIterator[Callable]:
 
     async def start(forwarder: Forwarder | None, **kw) -> tuple[str, Stack]:
         stack = Stack(forward=forwarder.submit if forwarder is not None else None, **kw)
-        receiver = OtlpHttpReceiver(stack.ingestor)
-        await receiver.start("127.0.0.1", 0)
+        receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+        await receiver.start()
         receivers.append(receiver)
         if forwarder is not None:
             forwarders.append(forwarder)
@@ -76,7 +76,7 @@ async def served() -> AsyncIterator[Callable]:
 
     yield start
     for r in receivers:
-        await r.stop()
+        await r.shutdown()
     for f in forwarders:
         await asyncio.to_thread(f.shutdown, 1.0)
 
@@ -167,8 +167,9 @@ async def test_grpc_forwarding_from_both_receivers(served, sink):
     port = sink.start_grpc()
     forwarder = Forwarder(f"http://127.0.0.1:{port}", protocol="grpc", headers={"X-Tenant": "a"})
     url, stack = await served(forwarder)
-    grpc_receiver = OtlpGrpcReceiver(stack.ingestor)
-    grpc_port = await grpc_receiver.start("127.0.0.1", 0)
+    grpc_receiver = OtlpGrpcReceiver(stack.ingestor, "127.0.0.1", 0)
+    await grpc_receiver.start()
+    grpc_port = grpc_receiver.port
     (t1, first), (t2, second), (t3, third) = request_bytes(), request_bytes(), request_bytes()
     try:
         async with aiohttp.ClientSession() as s:
@@ -178,7 +179,7 @@ async def test_grpc_forwarding_from_both_receivers(served, sink):
             await channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")(third, timeout=5)
         assert await asyncio.to_thread(forwarder.flush, 10)
     finally:
-        await grpc_receiver.stop()
+        await grpc_receiver.shutdown()
     assert forwarder.count("sent") == 3
     assert {sp["trace_id"] for sp in sink.spans()} == {t1, t2, t3}
     received = ExportTraceServiceRequest()

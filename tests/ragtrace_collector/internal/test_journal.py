@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from ragtrace_collector.internal.component import Lifecycle
 from ragtrace_collector.internal.journal import JSON, MARGIN, PROTOBUF, Journal, JournalError, read_segment
+from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
+from ragtrace_collector.scoring.results_store import ResultsStore
+from tests.support import span_fixtures as F
+from tests.support.receiver_stack import Stack
+
+PB = {"Content-Type": "application/x-protobuf"}
 
 
 class Clock:
@@ -22,10 +33,10 @@ async def test_appends_come_back_on_replay_in_order(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     await asyncio.gather(*(journal.append(PROTOBUF, f"req-{i}".encode()) for i in range(50)))
     await journal.append(JSON, b'{"resourceSpans": []}')
-    journal.close()
+    journal.shutdown()
     again = Journal(tmp_path)
     replayed = list(again.replay())
-    again.close()
+    again.shutdown()
     assert replayed[-1] == (JSON, b'{"resourceSpans": []}')
     assert sorted(p for _, p in replayed[:-1]) == sorted(f"req-{i}".encode() for i in range(50))
 
@@ -34,14 +45,14 @@ async def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     await asyncio.gather(*(journal.append(PROTOBUF, b"x" * 1000) for _ in range(200)))
     assert journal.appended == 200 and journal.batches < 200  # group commit
-    journal.close()
+    journal.shutdown()
 
 
 async def test_a_torn_last_record_ends_its_segment(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     for i in range(3):
         await journal.append(PROTOBUF, f"whole-{i}".encode())
-    journal.close()
+    journal.shutdown()
     (segment,) = [p for p in tmp_path.glob("segment-*.log") if p.stat().st_size]
     with open(segment, "ab") as fh:  # a crash mid-write: a header and half a payload
         fh.write(b"\x10\x00\x00\x00\x00\x00\x00\x00\x00half")
@@ -68,20 +79,20 @@ async def test_segments_rotate_and_go_once_the_watermark_passes(tmp_path: Path) 
     while journal.segments() < 2 and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
     assert journal.truncate(watermark=10_000.0) == 1  # ...but closed once idle behind the watermark, then deleted
-    journal.close()
+    journal.shutdown()
     assert [p for p in tmp_path.glob("segment-*.log")] == [journal._current.path]
 
 
 async def test_replayed_segments_are_kept_until_the_watermark_passes_the_replay(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     await journal.append(PROTOBUF, b"left-behind")
-    journal.close()
+    journal.shutdown()
     clock = Clock()
     again = Journal(tmp_path, clock=clock)
     assert list(again.replay()) == [(PROTOBUF, b"left-behind")]
     assert again.truncate(watermark=clock.now) == 0  # replayed spans are in assembly now, first seen now
     assert again.truncate(watermark=clock.now + MARGIN + 1) == 1
-    again.close()
+    again.shutdown()
 
 
 async def test_an_append_that_cannot_be_durable_fails(tmp_path: Path) -> None:
@@ -90,10 +101,10 @@ async def test_an_append_that_cannot_be_durable_fails(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="cannot journal"):
         await journal.append(PROTOBUF, b"lost?")
     await journal.append(PROTOBUF, b"after")  # a new segment takes appends again
-    journal.close()
+    journal.shutdown()
     again = Journal(tmp_path)
     assert [p for _, p in again.replay()] == [b"after"]
-    again.close()
+    again.shutdown()
 
 
 async def test_an_idle_current_segment_is_closed_and_then_deleted(tmp_path: Path) -> None:
@@ -109,7 +120,70 @@ async def test_an_idle_current_segment_is_closed_and_then_deleted(tmp_path: Path
         await asyncio.sleep(0.01)
     clock.now += 1
     assert journal.truncate(watermark=clock.now) == 1
-    journal.close()
+    journal.shutdown()
     again = Journal(tmp_path)
     assert list(again.replay()) == []
-    again.close()
+    again.shutdown()
+
+
+class StallingClock:
+    """The writer's clock, which holds the writer thread once armed: what a disk that stopped answering mid-batch
+    does to it (the append waits, undurable)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> float:
+        if self.armed and threading.current_thread().name == "ragtrace-journal":
+            self.held.set()
+            self.release.wait(30)
+        return time.monotonic()
+
+
+async def test_a_stalled_writer_is_reported_and_stops_no_other_component(tmp_path: Path) -> None:
+    """A request over a real socket waits on a stalled journal: the receiver still stops (its grace), the journal's
+    shutdown is bounded and reported, the store after it still closes; once the disk answers, the writer finishes the
+    append and closes the file itself, and the append replays."""
+    clock = StallingClock()
+    journal = Journal(tmp_path / "journal", clock=clock)
+    stack = Stack(journal=journal)
+    store = ResultsStore(tmp_path / "results.sqlite")
+    receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0, grace_seconds=0.2)
+    parts = Lifecycle()
+    await parts.start("results store", store)
+    await parts.start("assembly journal", journal)
+    await parts.start("otlp/http receiver", receiver)
+    _, request = F.to_request(F.ragtrace_shaped())
+    body = request.SerializeToString()
+    clock.armed = True
+
+    async def post() -> int:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"http://127.0.0.1:{receiver.port}/v1/traces", data=body, headers=PB) as r,
+        ):
+            return r.status
+
+    sending = asyncio.create_task(post())
+    try:
+        assert await asyncio.to_thread(clock.held.wait, 10)  # the request's append is with the stalled writer
+        started = time.monotonic()
+        failures = await parts.shutdown(1.5)
+        assert time.monotonic() - started < 1.5 + 1.5
+        assert [f.component for f in failures] == ["assembly journal"]
+        assert "still syncing" in str(failures[0])
+        with pytest.raises(sqlite3.ProgrammingError):
+            store.metrics_done("k")  # closed after the journal
+        with pytest.raises(aiohttp.ClientError):
+            await sending  # never acknowledged: its connection closed after the grace
+    finally:
+        clock.release.set()
+    deadline = time.monotonic() + 10
+    while journal.appended < 1:  # the writer makes it durable once the disk answers
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    again = Journal(tmp_path / "journal")
+    assert list(again.replay()) == [(PROTOBUF, body)]  # durable after all: a restart ingests it once more
+    again.shutdown()

@@ -47,3 +47,46 @@ def test_details_without_per_claim_verdicts():
     assert claim_verdicts({"claims": [{"statement": "a", "label": "neutral"}]}) is None  # nli: labels, not verdicts
     assert claim_verdicts({}) is None and claim_verdicts(None) is None
     assert unsupported_claim_verdicts({"claims": [{"statement": "a", "verdict": "yes"}]}) == []
+
+
+def test_claim_verdicts_round_trip_the_stored_details_of_every_claim_metric():
+    """Readers go through the typed model; writing it back gives the stored keys unchanged (byte-compatible)."""
+    import json
+
+    import pytest
+
+    from ragtrace_collector.model.result import ClaimVerdicts, MetricResult
+
+    for result in scored(["faithfulness", "hallucination"]):
+        typed = ClaimVerdicts.from_details(result.details)
+        assert len(typed.claims) == 3 and [c.kind for c in typed.claims] == ["supported", "contradicted", "not_found"]
+        written = typed.to_details()
+        assert json.dumps(written) == json.dumps({k: result.details[k] for k in written})
+    hallucination = ClaimVerdicts.from_details(scored(["hallucination"])[0].details)
+    assert hallucination.unsupported_statements() == [CONTRADICTED, NOT_FOUND]
+    assert [c.statement for c in hallucination.problems()] == [CONTRADICTED, NOT_FOUND]
+    # older and odd shapes read as absent parts, never raise
+    legacy = ClaimVerdicts.from_details(
+        {"unsupported_claims": [{"statement": "x"}, "y"], "claims": [1, {"verdict": 2}]}
+    )
+    assert legacy.unsupported == ("x", "y") and [c.verdict for c in legacy.claims] == ["2"]
+    assert ClaimVerdicts.from_details(None) == ClaimVerdicts()
+
+    # the score range the metric declares is checked when the result is built (and never stored)
+    ok = MetricResult(metric="m", status="scored", score=1.0, score_range=(0.0, 1.0))
+    assert "score_range" not in ok.to_dict()
+    with pytest.raises(ValueError, match="outside"):
+        MetricResult(metric="m", status="scored", score=1.5, score_range=(0.0, 1.0))
+
+
+def test_chunk_usefulness_reads_and_writes_context_precisions_flags():
+    from ragtrace_collector.model.result import ChunkUsefulness
+
+    stored = {"relevant": [1, 0, 1], "against": "reference"}
+    typed = ChunkUsefulness.from_details(stored)
+    assert typed is not None and typed.to_details() == stored
+    assert [typed.at_rank(k) for k in (1, 2, 3, 4)] == [True, False, True, None]
+    assert (
+        ChunkUsefulness.from_details({"relevant_sentences": ["a"]}) is None
+        and ChunkUsefulness.from_details(None) is None
+    )

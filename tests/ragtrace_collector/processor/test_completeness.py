@@ -54,12 +54,12 @@ async def post_capture(port: int, setup: str) -> int:
 async def sweep_capture(tmp_path, setup: str, **incomplete_kw) -> tuple[Stack, SQLiteQueue]:
     """Replay ``setup`` through a served receiver, then sweep: sample everything, queue, report what is missing."""
     stack = Stack()
-    receiver = OtlpHttpReceiver(stack.ingestor)
-    await receiver.start("127.0.0.1", 0)
+    receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+    await receiver.start()
     try:
         await post_capture(receiver.port, setup)
     finally:
-        await receiver.stop()
+        await receiver.shutdown()
     queue = SQLiteQueue(tmp_path / "queue.sqlite")
     incomplete = IncompleteRecords(
         stack.registry,

@@ -21,15 +21,15 @@ async def served(make_stack):
 
     async def start(**kw):
         stack = make_stack(**kw)
-        receiver = OtlpGrpcReceiver(stack.ingestor)
-        await receiver.start("127.0.0.1", 0)
+        receiver = OtlpGrpcReceiver(stack.ingestor, "127.0.0.1", 0)
+        await receiver.start()
         receivers.append(receiver)
         stack.target = f"127.0.0.1:{receiver.port}"
         return stack
 
     yield start
     for r in receivers:
-        await r.stop(grace=None)
+        await r.shutdown(0)
 
 
 def export(target: str, spans, **kw) -> SpanExportResult:

@@ -26,8 +26,8 @@ async def served(make_stack):
 
     async def start(**kw):
         stack = make_stack(**kw)
-        receiver = OtlpHttpReceiver(stack.ingestor)
-        await receiver.start("127.0.0.1", 0)
+        receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+        await receiver.start()
         receivers.append(receiver)
         stack.url = f"http://127.0.0.1:{receiver.port}"
         stack.receiver = receiver
@@ -35,7 +35,7 @@ async def served(make_stack):
 
     yield start
     for r in receivers:
-        await r.stop()
+        await r.shutdown()
 
 
 def export(url: str, spans, **kw) -> SpanExportResult:
@@ -226,8 +226,8 @@ async def test_saturated_receiver_sheds_with_retry_after(served):
 async def test_health_and_readiness(make_stack):
     stack = make_stack()
     ready = [False]
-    receiver = OtlpHttpReceiver(stack.ingestor, ready=lambda: ready[0])
-    await receiver.start("127.0.0.1", 0)
+    receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0, ready=lambda: ready[0])
+    await receiver.start()
     try:
         async with aiohttp.ClientSession() as s:
             base = f"http://127.0.0.1:{receiver.port}"
@@ -239,7 +239,7 @@ async def test_health_and_readiness(make_stack):
             async with s.get(base + "/readyz") as r:
                 assert r.status == 200
     finally:
-        await receiver.stop()
+        await receiver.shutdown()
 
 
 async def test_event_loop_backlog_sheds(served):

@@ -266,7 +266,7 @@ async def test_acknowledged_logs_are_journaled_and_replayed(tmp_path):
                 assert reply.status == 200
     finally:
         await stack.stop()
-        journal.close()
+        journal.shutdown()
     replayed = list(Journal(tmp_path, sync=False).replay())
     assert [kind for kind, _ in replayed] == [LOGS_PROTOBUF] and replayed[0][1] == body
     decoded = decode_journaled(*replayed[0])

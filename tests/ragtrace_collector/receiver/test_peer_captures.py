@@ -63,8 +63,8 @@ async def replay(make_stack, setup: str, logs: bool = True) -> list:
     """POST every captured request body to a served receiver (``logs``: the log requests too); the records, in
     request order."""
     stack = make_stack()
-    receiver = OtlpHttpReceiver(stack.ingestor)
-    await receiver.start("127.0.0.1", 0)
+    receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+    await receiver.start()
     try:
         async with aiohttp.ClientSession() as session:
             for path in captured(setup):
@@ -75,7 +75,7 @@ async def replay(make_stack, setup: str, logs: bool = True) -> list:
                 async with session.post(url, data=path.read_bytes(), headers=PB) as reply:
                     assert reply.status == 200, await reply.text()
     finally:
-        await receiver.stop()
+        await receiver.shutdown()
     assert stack.requests("http", "ok") == len(captured(setup, "requests-"))
     assert stack.requests("http_logs", "ok") == (len(captured(setup, "logs-")) if logs else 0)
     return sorted(stack.records(), key=lambda r: r.start_time_unix_nano)
@@ -273,8 +273,8 @@ async def test_our_own_evaluation_events_sent_back_are_not_a_peers(make_stack):
     first = make_stack()
     scored = await replay(lambda: first, "openlit_scored")
     stack = make_stack()
-    receiver = OtlpHttpReceiver(stack.ingestor)
-    await receiver.start("127.0.0.1", 0)
+    receiver = OtlpHttpReceiver(stack.ingestor, "127.0.0.1", 0)
+    await receiver.start()
     try:
         async with aiohttp.ClientSession() as session:
             for path in captured("openlit_scored"):
@@ -287,7 +287,7 @@ async def test_our_own_evaluation_events_sent_back_are_not_a_peers(make_stack):
         sent = [await asyncio.to_thread(events.emit, record, ours, "local") for record in scored]
         await asyncio.to_thread(events.shutdown, 5.0)
     finally:
-        await receiver.stop()
+        await receiver.shutdown()
     assert sent == [1] * len(scored) and events.count("sent") == len(scored)
     records = sorted(stack.records(), key=lambda r: r.start_time_unix_nano)
     joined = first.sample("ragtrace_log_records_total", outcome="joined")

@@ -27,7 +27,7 @@ async def test_replayed_feedback_is_stored_once_and_the_store_closes_on_stop(tmp
     journal = Journal(config.journal_path)
     await journal.append(PROTOBUF, body)  # acknowledged, then the process died; an exporter's retry journaled too
     await journal.append(PROTOBUF, body)
-    journal.close()
+    journal.shutdown()
 
     app = CollectorApp(config)
     await app.start()

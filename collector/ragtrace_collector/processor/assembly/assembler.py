@@ -49,7 +49,7 @@ from typing import Protocol, runtime_checkable
 
 from ragtrace.attributes import RAGTRACE_SPAN_ROLE, ROLE_PIPELINE
 from ragtrace_collector.config import AssemblyConfig
-from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.record import RagRecord, RecordSummary
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.pairing import (
@@ -61,7 +61,8 @@ from ragtrace_collector.processor.assembly.pairing import (
     PairingState,
 )
 from ragtrace_collector.processor.assembly.state import REASON_ROOT, AssemblyState, CompletedTrace
-from ragtrace_collector.processor.conventions import build_record, duplicates, halves, is_request, log_events
+from ragtrace_collector.processor.conventions import build_record, build_summary, duplicates, halves, log_events
+from ragtrace_collector.processor.conventions.extractors import is_request
 
 # Completion reason reported for a trace that is no request (an index build, a vector-store write): it makes
 # no record, and is counted under this reason instead of the way it completed.
@@ -137,7 +138,6 @@ class Assembler:
         self,
         state: AssemblyState,
         observer: AssemblyObserver | None = None,
-        builder: Callable[..., RagRecord] = build_record,
         clock: Callable[[], float] = time.monotonic,
         pairing: PairingState | None = None,
         max_log_only_traces: int = 2_000,
@@ -146,7 +146,6 @@ class Assembler:
     ) -> None:
         self.state = state
         self.observer = observer
-        self.builder = builder
         self.clock = clock
         self.pairing = pairing if pairing is not None else InMemoryPairingState()
         self._evicted: list[CompletedTrace] = []
@@ -254,7 +253,7 @@ class Assembler:
             out.extend(self.state.pop_due(self.clock(), limit))
         self._fold_log_events(out)
         popped = {c.trace_id for c in out}
-        requests = [c for c in out if c.spans and is_request(c.spans)]  # log events alone: no request
+        requests = [c for c in out if c.spans and is_request(c.classified())]  # log events alone: no request
         self.pairing.sync(self.clock())
         if self.observer is not None:
             for _ in range(len(out) - len(requests)):
@@ -370,9 +369,13 @@ class Assembler:
         out.extend(self.pairing.release(now, everything))
         return out, joined
 
-    def build(self, completed: CompletedTrace, full: bool = True) -> RagRecord:
-        """The record of a completed trace; ``full=False`` for the text-free summary (see ``build_record``)."""
-        record = self.builder(completed.trace_id, completed.spans, full=full)
+    def summary(self, completed: CompletedTrace) -> RecordSummary:
+        """The text-free summary of a completed trace (see ``build_summary``), from its one classification."""
+        return build_summary(completed.trace_id, completed.classified())
+
+    def build(self, completed: CompletedTrace, sampling_weight: float = 1.0) -> RagRecord:
+        """The record of a completed trace, with the sampler's weight, from its one classification."""
+        record = build_record(completed.trace_id, completed.classified(), sampling_weight)
         # Keys the collector derives: a span's own metadata (OpenInference ``metadata``) never sets them, or a
         # traced request would choose the span its scores annotate.
         for key in DERIVED_METADATA:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.conventions.trace_spans import TraceSpans, classify_spans
 
 REASON_ROOT = "root"  # root span ended + grace
 REASON_MAX_WAIT = "max_wait"
@@ -28,6 +29,16 @@ class CompletedTrace:
     spans: list[SpanData]
     reason: str
     first_seen: float = 0.0
+    # the spans classified, with the list and length they were classified from: a join that extends or replaces
+    # the spans is classified again, anything else reads the one classification (is_request, summary, record)
+    _classified: tuple[list[SpanData], int, TraceSpans] | None = field(default=None, repr=False, compare=False)
+
+    def classified(self) -> TraceSpans:
+        """The spans sorted and grouped by role, computed once for the spans as they are now."""
+        held = self._classified
+        if held is None or held[0] is not self.spans or held[1] != len(self.spans):
+            held = self._classified = (self.spans, len(self.spans), classify_spans(self.spans))
+        return held[2]
 
 
 @dataclass

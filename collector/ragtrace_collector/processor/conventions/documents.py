@@ -46,11 +46,12 @@ def document_scores(attrs: Mapping[str, Any], prefix: str) -> list[float | None]
     """Only the scores of flattened documents, in rank order (no text): enough for sampling rules."""
     start = prefix + "."
     found: dict[int, float | None] = {}
-    for key, value in attrs.items():
-        if key.endswith(".document.score") and key.startswith(start):
+    # filtered at C speed first: a retrieval span holds every document's text and metadata beside its scores
+    for key in [k for k in attrs if k.endswith(".document.score")]:
+        if key.startswith(start):
             idx = key[len(start) :].partition(".")[0]
             if idx.isdigit():
-                found[int(idx)] = as_float(value)
+                found[int(idx)] = as_float(attrs[key])
     return [found[i] for i in sorted(found)]
 
 

@@ -335,20 +335,28 @@ def _langfuse_tokens(attrs: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return as_int(first(usage, _USAGE_INPUT)), as_int(first(usage, _USAGE_OUTPUT))
 
 
+_CALL_KEYS = (
+    ("model", _MODEL_KEYS),
+    ("provider", _PROVIDER_KEYS),
+    ("input_tokens", _INPUT_TOKEN_KEYS),
+    ("output_tokens", _OUTPUT_TOKEN_KEYS),
+    ("ttft", _TTFT_KEYS),
+    ("tpot", _TPOT_KEYS),
+)
+
+
 def _call_generation(call: list[SpanData]) -> dict[str, Any]:
     """One model call, written by one or more nested spans: each value from the innermost span stating it (the
     one closest to the wire), the duration from the outermost; TTFT and TPOT only when the call streamed."""
-    inner_first = list(reversed(call))
+    inner_first = call[::-1]
     out: dict[str, Any] = {}
-    for name, keys in (
-        ("model", _MODEL_KEYS),
-        ("provider", _PROVIDER_KEYS),
-        ("input_tokens", _INPUT_TOKEN_KEYS),
-        ("output_tokens", _OUTPUT_TOKEN_KEYS),
-        ("ttft", _TTFT_KEYS),
-        ("tpot", _TPOT_KEYS),
-    ):
-        out[name] = next((first(s.attrs, keys) for s in inner_first if first(s.attrs, keys) is not None), None)
+    for name, keys in _CALL_KEYS:
+        value = None
+        for s in inner_first:
+            value = first(s.attrs, keys)
+            if value is not None:
+                break
+        out[name] = value
     if out["input_tokens"] is None and out["output_tokens"] is None:
         usage = next((u for s in inner_first if (u := _langfuse_tokens(s.attrs)) != (None, None)), (None, None))
         out["input_tokens"], out["output_tokens"] = usage
@@ -507,7 +515,7 @@ def _request_duration(ts: TraceSpans, start: int | None, end: int | None) -> flo
         return None
     duration = request.duration_seconds
     orphan = bool(request.parent_id) and not ts.ancestors(request)
-    unenclosed = orphan or sum(1 for s in ts.spans if not ts.ancestors(s)) > 1
+    unenclosed = orphan or ts.unenclosed > 1
     if unenclosed and start is not None and end is not None and end >= start:
         return max(duration or 0.0, (end - start) / 1e9)
     return duration

@@ -48,10 +48,23 @@ class TraceSpans:
             node = self._by_id.get(node.parent_id) if node.parent_id else None
         return out
 
+    @cached_property
+    def _calls(self) -> dict[int, tuple[tuple[SpanData, ...], list[list[SpanData]]]]:
+        return {}
+
     def calls(self, group: tuple[SpanData, ...]) -> list[list[SpanData]]:
         """``group``'s spans as calls: a span nested in another span of the group is the same call, written twice
         by layered instrumentations (LlamaIndex ``predict`` → ``chat``, a retriever → ``_retrieve``). Each call
-        lists its outermost span first, then the nested ones in start order."""
+        lists its outermost span first, then the nested ones in start order. Computed once per group (the summary
+        and the record read the retrievals' and the generators' calls several times)."""
+        if len(group) <= 1:
+            return [[s] for s in group]
+        held = self._calls.get(id(group))
+        if held is None or held[0] is not group:
+            held = self._calls[id(group)] = (group, self._group_calls(group))
+        return [list(call) for call in held[1]]
+
+    def _group_calls(self, group: tuple[SpanData, ...]) -> list[list[SpanData]]:
         members = {s.span_id for s in group}
         calls: dict[str, list[SpanData]] = {}
         for s in group:
@@ -61,6 +74,12 @@ class TraceSpans:
                     outer = a
             calls.setdefault(outer.span_id, []).append(s)
         return list(calls.values())
+
+    @cached_property
+    def unenclosed(self) -> int:
+        """How many spans have no ancestor present in the trace (the roots of what arrived)."""
+        by_id = self._by_id
+        return sum(1 for s in self.spans if not s.parent_id or by_id.get(s.parent_id, s) is s)
 
     @property
     def request(self) -> SpanData | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ragtrace_collector.config import SamplingConfig
-from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.record import RagRecord, RecordFacts
 from ragtrace_collector.processor.sampling.budget import Budget, LocalBudget
 
 _SPACE = 1 << 64
@@ -77,7 +77,7 @@ class Sampler:
             return float(self.config.pipelines[pipeline])
         return self.config.rate
 
-    def _always_reason(self, record: RagRecord) -> str | None:
+    def _always_reason(self, record: RecordFacts) -> str | None:
         always = self.config.always
         if always.flagged and record.sample_requested:
             return FLAGGED
@@ -91,13 +91,13 @@ class Sampler:
             and record.request_duration_seconds > always.slower_than_seconds
         ):
             return SLOW
-        if always.top_score_below is not None and record.retrieved_contexts:
-            scores = [c.score for c in record.retrieved_contexts if c.score is not None]
+        if always.top_score_below is not None and record.context_scores:
+            scores = [s for s in record.context_scores if s is not None]
             if scores and max(scores) < always.top_score_below:
                 return LOW_SCORE
         return None
 
-    def decide(self, record: RagRecord) -> Decision:
+    def decide(self, record: RecordFacts) -> Decision:
         """The decision for one record (no side effects besides spending the budget)."""
         reason = self._always_reason(record)
         weight = 1.0
@@ -112,15 +112,22 @@ class Sampler:
             return Decision(False, refused, 0.0)
         return Decision(True, reason, weight)
 
-    def sample(self, record: RagRecord) -> bool:
-        """Decide, count, and set ``record.sampling_weight`` when selected."""
+    def select(self, record: RecordFacts) -> Decision:
+        """Decide and count: the sweep asks with a trace's summary, and builds the record of a sampled one with
+        the decision's weight."""
         decision = self.decide(record)
+        if self.observer is not None:
+            if decision.sampled:
+                self.observer.sampled(record.pipeline, decision.reason)
+            else:
+                self.observer.dropped(record.pipeline, decision.reason)
+        return decision
+
+    def sample(self, record: RagRecord) -> bool:
+        """Decide, count, and set ``record.sampling_weight`` when selected (a record already whole)."""
+        decision = self.select(record)
         if decision.sampled:
             record.sampling_weight = decision.weight
-            if self.observer is not None:
-                self.observer.sampled(record.pipeline, decision.reason)
-        elif self.observer is not None:
-            self.observer.dropped(record.pipeline, decision.reason)
         return decision.sampled
 
 

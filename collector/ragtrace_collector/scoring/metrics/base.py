@@ -24,7 +24,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.model.result import Claim, MetricResult
 from ragtrace_collector.scoring.judge import ClaimVerdict, Judge, JudgeError, JudgeUnsupported, usage_scope
 from ragtrace_collector.scoring.options import ScoringOptions
 
@@ -169,14 +169,8 @@ def clip01(x: float) -> float:
 
 
 def verdict_detail(v: ClaimVerdict) -> dict[str, Any]:
-    d: dict[str, Any] = {"statement": v.statement, "verdict": v.verdict}
-    if v.reason:
-        d["reason"] = v.reason
-    if v.evidence:
-        d["evidence"] = v.evidence
-    if v.confidence is not None:
-        d["confidence"] = round(float(v.confidence), 4)
-    return d
+    """A judge's claim verdict in the stored form every reader reads back (:class:`Claim`)."""
+    return Claim(v.statement, v.verdict, v.reason, v.evidence, v.confidence).to_detail()
 
 
 class _ResultBase(TypedDict):
@@ -251,5 +245,11 @@ class Metric(abc.ABC):
             )
         value = min(hi, max(lo, value))
         return MetricResult(
-            status="scored", score=value, details=outcome.details, usage=usage, label=outcome.label, **base
+            status="scored",
+            score=value,
+            details=outcome.details,
+            usage=usage,
+            label=outcome.label,
+            score_range=self.score_range,
+            **base,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from ragtrace_collector.model.result import ChunkUsefulness
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
@@ -36,7 +37,7 @@ class ContextPrecision(Metric):
         r = ctx.record
         against = "reference" if (r.reference or "").strip() else "response"
         flags = await ctx.chunk_relevance((r.reference if against == "reference" else r.response) or "")
-        return Outcome(context_precision_at_k(flags), {"relevant": [int(f) for f in flags], "against": against})
+        return Outcome(context_precision_at_k(flags), ChunkUsefulness(tuple(flags), against).to_details())
 
 
 class ContextRelevancy(Metric):

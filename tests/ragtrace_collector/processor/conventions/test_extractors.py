@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ragtrace_collector.processor.conventions import build_record, documents, messages
+from ragtrace_collector.processor.conventions import build_record, build_summary, documents, messages
 from ragtrace_collector.processor.conventions.extractors import (
     extract_context_scores,
     extract_contexts,
@@ -243,14 +243,13 @@ def test_summary_reads_no_texts(monkeypatch):
         (documents, "generator_contexts"),
     ]:
         monkeypatch.setattr(module, name, pytest.fail)
-    summary = build_record("t", spans, full=False)
-    assert summary.user_input is None and summary.response is None
+    summary = build_summary("t", spans)
     assert summary.model == "gpt-4o-mini" and summary.pipeline == "RetrievalQA"
 
 
 def test_summary_and_full_record_agree_on_the_shared_fields():
     spans = spans_of(F.openinference_llamaindex())
-    full, summary = build_record("t", spans), build_record("t", spans, full=False)
+    full, summary = build_record("t", spans), build_summary("t", spans)
     for name in ("pipeline", "model", "input_tokens", "output_tokens", "request_duration_seconds", "error"):
         assert getattr(summary, name) == getattr(full, name)
-    assert [c.score for c in summary.retrieved_contexts] == [c.score for c in full.retrieved_contexts]
+    assert summary.context_scores == full.context_scores
