@@ -55,7 +55,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from ragtrace_collector.config import LimitsConfig, ListenConfig
-from ragtrace_collector.internal.component import AsyncComponent
+from ragtrace_collector.internal.component import LISTENER_GRACE_SECONDS, AsyncComponent
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.queue.base import RecordQueue
@@ -431,7 +431,7 @@ class MetricsEndpoint(AsyncComponent):
         app.router.add_get("/readyz", self._ready)
         for add in self.routes:
             add(app)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_GRACE_SECONDS)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.requested_port, reuse_address=True)

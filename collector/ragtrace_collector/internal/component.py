@@ -27,6 +27,11 @@ FLOOR_SECONDS = 0.5
 MARGIN_SECONDS = 0.5
 
 
+#: How long a listener (the OTLP receivers, the /metrics and explorer listener) lets requests in flight finish once
+#: it stops accepting (never more than the shutdown's timeout); aiohttp's own default is 60 s.
+LISTENER_GRACE_SECONDS = 1.0
+
+
 class Component(ABC):
     """A part of the collector driven from a thread: built from its typed config section, ready to use once
     :meth:`start` returned, released by :meth:`shutdown`."""

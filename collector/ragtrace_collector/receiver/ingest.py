@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragtrace_collector.config import LimitsConfig
+from ragtrace_collector.internal.component import LISTENER_GRACE_SECONDS
 from ragtrace_collector.internal.credentials import CredentialGuard, Outcome, Scope
 from ragtrace_collector.internal.journal import JSON as JOURNAL_JSON
 from ragtrace_collector.internal.journal import LOGS_JSON as JOURNAL_LOGS_JSON
@@ -72,7 +73,7 @@ JSON = "application/json"
 
 #: At shutdown a receiver stops accepting at once and lets the requests in flight finish for this long (never more
 #: than the shutdown's timeout): a request being journaled still gets its reply rather than a reset.
-GRACE_SECONDS = 1.0
+GRACE_SECONDS = LISTENER_GRACE_SECONDS
 
 # (decoded body, its content type, the parsed ExportTraceServiceRequest) of an ingested request; never blocks
 Forward = Callable[[bytes, str, Any], object]

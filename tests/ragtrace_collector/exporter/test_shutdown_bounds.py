@@ -4,6 +4,7 @@ downstream took."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -87,3 +88,42 @@ def test_forwarding_stops_within_its_bound(stalled):
     wait_until(lambda: stalled.waiting >= 1)
     assert timed(lambda: forwarder.shutdown(BOUND)) < BOUND + SLACK
     assert forwarder.count("shutdown") == 3
+
+
+class _SlowCollector:
+    """A collector whose scrape takes ``seconds`` (a Redis round trip or a SQLite lock that does not come back)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def collect(self):
+        time.sleep(self.seconds)
+        return []
+
+
+async def test_the_metrics_listener_gives_a_scrape_in_flight_its_grace_not_aiohttps_sixty_seconds():
+    import asyncio
+
+    import aiohttp
+    from prometheus_client import CollectorRegistry
+
+    from ragtrace_collector.exporter.prometheus import MetricsEndpoint
+    from ragtrace_collector.internal.component import LISTENER_GRACE_SECONDS
+
+    registry = CollectorRegistry()
+    registry.register(_SlowCollector(4.0))
+    endpoint = MetricsEndpoint(registry, "127.0.0.1", 0)
+    await endpoint.start()
+
+    async def scrape() -> None:
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{endpoint.port}/metrics") as r:
+            await r.read()
+
+    scraping = asyncio.create_task(scrape())
+    await asyncio.sleep(0.3)  # the scrape is in flight, collecting
+    started = time.monotonic()
+    await endpoint.shutdown(30.0)
+    assert time.monotonic() - started < LISTENER_GRACE_SECONDS + SLACK  # it waited 4 s (aiohttp's 60 s bound)
+    scraping.cancel()
+    with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+        await scraping
