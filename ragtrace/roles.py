@@ -232,6 +232,11 @@ class PipelineRecorder(Recorder):
             LEDGER.forget(w.span)
         super().write_output(w, result)
 
+    def write_stream_output(self, w: AttrWriter, chunks: list) -> int | None:
+        if w.span is not None:  # a pipeline that returns a stream ends when the stream does
+            LEDGER.forget(w.span)
+        return super().write_stream_output(w, chunks)
+
 
 class RetrieverRecorder(Recorder):
     """A retrieval (OpenInference RETRIEVER, GenAI retrieval): query in, ranked documents out."""

@@ -105,6 +105,16 @@ def test_the_outermost_pipeline_forgets_its_trace_when_it_ends(spans):
     assert spans.named("outer").context.trace_id not in LEDGER.traces
 
 
+def test_a_pipeline_returning_a_stream_forgets_its_trace_when_the_stream_ends(spans):
+    @ragtrace.pipeline
+    def streamed(q):
+        docs = search(q)
+        yield from answer(q, [d["content"] for d in docs]).split()
+
+    assert list(streamed("capital?"))
+    assert spans.named("streamed").context.trace_id not in LEDGER.traces
+
+
 def test_without_content_capture_there_is_nothing_to_refer_to(spans):
     @ragtrace.retriever(capture_content=False)
     def quiet(query):

@@ -406,25 +406,7 @@ class ResultsStore(ResultSink):
                     cur = self._db.execute(
                         f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) "
                         f"VALUES ({', '.join('?' for _ in _COLUMNS)})",
-                        (
-                            record.key,
-                            result.metric,
-                            result.status,
-                            result.score,
-                            result.label,
-                            result.reason,
-                            1 if result.higher_is_better else 0,
-                            json.dumps(result.details or {}, default=str),
-                            record.trace_id,
-                            record.pipeline,
-                            record.service,
-                            judge,
-                            record.user_input,
-                            record.response,
-                            record.sampling_weight,
-                            now,
-                            json.dumps(result.provenance or {}, default=str),
-                        ),
+                        _result_row(record, result, judge, now),
                     )
                     inserted.append(cur.rowcount == 1)
                 if results:
@@ -465,26 +447,7 @@ class ResultsStore(ResultSink):
                 for result in results:
                     cur = self._db.execute(
                         f"INSERT OR IGNORE INTO rescored ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
-                        (
-                            record.key,
-                            result.metric,
-                            result.status,
-                            result.score,
-                            result.label,
-                            result.reason,
-                            1 if result.higher_is_better else 0,
-                            json.dumps(result.details or {}, default=str),
-                            record.trace_id,
-                            record.pipeline,
-                            record.service,
-                            judge,
-                            record.user_input,
-                            record.response,
-                            record.sampling_weight,
-                            now,
-                            json.dumps(result.provenance or {}, default=str),
-                            str((result.provenance or {}).get("id") or ""),
-                        ),
+                        (*_result_row(record, result, judge, now), str((result.provenance or {}).get("id") or "")),
                     )
                     inserted.append(cur.rowcount == 1)
                 self._db.execute("COMMIT")
@@ -1017,6 +980,29 @@ def _as_record(key: str, stored: str | None, result: StoredResult) -> RagRecord:
         except ValueError:
             pass
     return RagRecord(id=key, trace_id=result.trace_id, pipeline=result.pipeline, service=result.service, metadata={})
+
+
+def _result_row(record: RagRecord, result: MetricResult, judge: str | None, now: float) -> tuple[Any, ...]:
+    """One result as the ``results`` columns (:data:`_COLUMNS`) hold it; the ``rescored`` table adds its key."""
+    return (
+        record.key,
+        result.metric,
+        result.status,
+        result.score,
+        result.label,
+        result.reason,
+        1 if result.higher_is_better else 0,
+        json.dumps(result.details or {}, default=str),
+        record.trace_id,
+        record.pipeline,
+        record.service,
+        judge,
+        record.user_input,
+        record.response,
+        record.sampling_weight,
+        now,
+        json.dumps(result.provenance or {}, default=str),
+    )
 
 
 def _row(row: Iterable[Any]) -> StoredResult:
