@@ -393,13 +393,19 @@ def alert_annotations() -> dict:
     }
 
 
+# An alert's runbook, as the collector serves it (collector/ragtrace_collector/explorer/runbooks.py); the alerts'
+# own runbook_url annotations are the same path on Prometheus's ragtrace_url external label.
+RUNBOOK_URL = "${explorer}/runbooks/${__value.raw}"
+
+
 def alert_list(title: str) -> dict:
     """Firing ragtrace alerts, from Prometheus's ALERTS series (works without Grafana-managed alerting)."""
     return {
         "type": "table",
         "title": title,
         "description": "Alerts of grafana/prometheus/rules firing now (Prometheus's ALERTS series), pages first. "
-        "Each alert's runbook is docs/runbooks/<alertname>.md in the repository.",
+        "Click an alert's name for its runbook, served by the collector at /runbooks/<alertname> (the Explorer URL "
+        "variable says where your browser reaches it).",
         "datasource": DS,
         "targets": [
             target(
@@ -428,7 +434,12 @@ def alert_list(title: str) -> dict:
         ],
         "fieldConfig": {
             "defaults": {"custom": {"align": "auto"}, "noValue": "no ragtrace alert firing"},
-            "overrides": [],
+            "overrides": [
+                {
+                    "matcher": {"id": "byName", "options": "alertname"},
+                    "properties": [{"id": "links", "value": [{"title": "Runbook", "url": RUNBOOK_URL}]}],
+                }
+            ],
         },
         "options": {"showHeader": True, "footer": {"show": False}},
     }

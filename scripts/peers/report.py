@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REQUESTS = 6  # every app asks six questions
 
 
 def records_of(setup: str) -> list:
-    assembler = Assembler(InMemoryAssemblyState(grace_seconds=0.0))
+    assembler = Pipeline(InMemoryAssemblyState(grace_seconds=0.0))
     for path in sorted((FIXTURES / setup).glob("requests-*.binpb")):
         assembler.add(extract_spans(parse_protobuf(path.read_bytes())))
     return sorted(assembler.collect(everything=True), key=lambda r: r.start_time_unix_nano or 0)

@@ -1,12 +1,14 @@
 """deploy/docker-compose.yml, checked statically (docker cannot run here): valid YAML, every mounted
 path exists, ports match the collector's defaults and are published on loopback unless told otherwise, the
-token reaches the collector (which will not start without one), Prometheus stores exemplars, configs validate."""
+token reaches the collector (which will not start without one), Prometheus stores exemplars, configs validate,
+every provisioned datasource names a service compose runs, and the collector forwards its traces to that Tempo."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ import yaml
 from ragtrace_collector.config import CollectorConfig, load_config
 from ragtrace_collector.internal.hosts import HostPolicy, host_name
 from ragtrace_collector.service.app import CollectorApp
+from tests.grafana.test_alert_links import filled
 from tests.support.binaries import require
 from tests.support.compose import MissingVariable, interpolate
 
@@ -27,7 +30,7 @@ def compose() -> dict:
 
 
 def test_services(compose):
-    assert {"collector", "prometheus", "alertmanager", "grafana"} <= set(compose["services"])
+    assert {"collector", "prometheus", "alertmanager", "grafana", "tempo"} <= set(compose["services"])
 
 
 def test_every_mounted_path_exists(compose):
@@ -157,3 +160,118 @@ def test_collector_answers_the_names_the_other_containers_use(compose):
     ]:
         assert policy.allows(name), name
     assert not policy.allows("attacker.example")
+
+
+TOKEN = "compose-token-0123456789abcdef"
+
+
+def _answers_on(compose: dict, name: str) -> set[int]:
+    """The ports service ``name`` answers on the compose network: the container side of its ``ports``, and its
+    ``expose`` (which publishes nothing)."""
+    service = compose["services"][name]
+    published = {int(str(p).rsplit(":", 1)[1]) for p in interpolate(service.get("ports", []), {})}
+    return published | {int(p) for p in service.get("expose", [])}
+
+
+def _tempo_config() -> dict:
+    return yaml.safe_load((DEPLOY / "tempo.yaml").read_text())
+
+
+def _port(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def test_every_datasource_url_names_a_service_compose_runs(compose):
+    """Grafana's server reaches each provisioned datasource at service:port on the compose network."""
+    env = interpolate(compose["services"]["grafana"]["environment"], {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN})
+    provisioned = yaml.safe_load((REPO / "grafana/provisioning/datasources/ragtrace.yaml").read_text())
+    urls = {}
+    for datasource in provisioned["datasources"]:
+        url = filled(datasource["url"], env)
+        parts, host = urlsplit(url), urlsplit(url).hostname or ""
+        assert host in compose["services"], f"{datasource['name']}: {url} names no service of compose"
+        assert parts.port in _answers_on(compose, host), f"{datasource['name']}: {url}"
+        urls[datasource["type"]] = url
+    assert set(urls) == {"prometheus", "tempo", "yesoreyeram-infinity-datasource"}
+    assert urls["tempo"] == f"http://tempo:{_tempo_config()['server']['http_listen_port']}"  # its query API
+    assert urls["yesoreyeram-infinity-datasource"] == f"http://collector:{CollectorConfig().listen.metrics_port}"
+    assert set(compose["services"]["grafana"]["depends_on"]) >= {"prometheus", "tempo"}
+
+
+def test_tempo_is_pinned_and_reachable_on_the_compose_network_only(compose):
+    tempo = compose["services"]["tempo"]
+    assert re.fullmatch(r"grafana/tempo:\d+\.\d+\.\d+", tempo["image"]), tempo["image"]
+    assert not tempo.get("ports"), "Tempo publishes nothing on the host: Grafana is its UI"
+    config = _tempo_config()
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in tempo["volumes"]}
+    assert mounts[tempo["command"][0].split("=", 1)[1]] == "./tempo.yaml"
+    protocols = config["distributor"]["receivers"]["otlp"]["protocols"]
+    listening = {config["server"]["http_listen_port"]} | {_port(p["endpoint"]) for p in protocols.values()}
+    assert listening == {int(p) for p in tempo["expose"]} == {3200, 4317, 4318}
+    for name, protocol in protocols.items():  # not Tempo 2.7's localhost default: the collector is another host
+        assert protocol["endpoint"].startswith("0.0.0.0:"), name
+    storage = config["storage"]["trace"]
+    assert mounts["/var/tempo"] in compose["volumes"]  # the traces outlive the container
+    assert storage["wal"]["path"].startswith("/var/tempo/") and storage["local"]["path"].startswith("/var/tempo/")
+
+
+def test_collector_forwards_its_traces_to_the_tempo_compose_runs(compose):
+    """forward.endpoint is Tempo's OTLP receiver of the same protocol: the exemplars' trace ids resolve there."""
+    config = _collector_config(compose, {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN})
+    assert config.forward.endpoint and config.forward.protocol == "http/protobuf"
+    target = urlsplit(config.forward.endpoint)
+    assert (target.scheme, target.hostname) == ("http", "tempo")
+    otlp_http = _tempo_config()["distributor"]["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    assert target.port == _port(otlp_http) and target.port in _answers_on(compose, "tempo")
+    assert "tempo" in compose["services"]["collector"]["depends_on"]
+    other = _collector_config(compose, {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN, "RAGTRACE_FORWARD__ENDPOINT": "x:1"})
+    assert other.forward.endpoint == "x:1"  # your own Tempo instead
+
+
+def test_scale_out_forwards_only_to_a_service_it_runs():
+    """The scale-out file runs no Tempo: its collectors forward nowhere (it shares deploy/collector.yaml)."""
+    spec = yaml.safe_load((DEPLOY / "docker-compose.scale-out.yml").read_text())
+    assert load_config(str(DEPLOY / "collector.yaml"), environ={}).forward.endpoint is None
+    for name, service in spec["services"].items():
+        if service.get("image") != "ragtrace-collector:latest":
+            continue
+        env = interpolate(service["environment"], {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN})
+        endpoint = load_config(str(DEPLOY / "collector.yaml"), environ=env).forward.endpoint
+        assert endpoint is None or urlsplit(endpoint).hostname in spec["services"], (name, endpoint)
+
+
+def test_alert_links_reach_the_collector_and_grafana_compose_publishes(compose):
+    """The runbook links' base (Prometheus's EXPLORER_URL) is the collector's published listener, a name its
+    DNS-rebinding check answers; the dashboard links' base (GRAFANA_URL) is Grafana's, and its root_url."""
+    prom = interpolate(compose["services"]["prometheus"]["environment"], {})
+    explorer, grafana = urlsplit(prom["EXPLORER_URL"]), urlsplit(prom["GRAFANA_URL"])
+    assert explorer.port in _answers_on(compose, "collector") and explorer.port == CollectorConfig().listen.metrics_port
+    assert grafana.port in _answers_on(compose, "grafana")
+    config = _collector_config(compose, {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN})
+    assert HostPolicy(config.listen.host, config.listen.allowed_hosts).allows(explorer.hostname or "")
+    env = interpolate(compose["services"]["grafana"]["environment"], {"RAGTRACE_AUTH__BEARER_TOKEN": TOKEN})
+    assert env["EXPLORER_URL"] == prom["EXPLORER_URL"] and env["GF_SERVER_ROOT_URL"] == prom["GRAFANA_URL"]
+
+
+def test_alertmanager_gets_its_notification_templates(compose):
+    """alertmanager.yml names its templates relative to itself: compose mounts each beside it."""
+    config = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in compose["services"]["alertmanager"]["volumes"]}
+    config_dir = Path(next(t for t, s in mounts.items() if s == "./alertmanager.yml")).parent
+    assert config["templates"]
+    for template in config["templates"]:
+        assert mounts[str(config_dir / template)] == f"./{template}" and (DEPLOY / template).is_file()
+
+
+def test_image_installs_the_collector_with_what_its_package_data_links_to():
+    """The Dockerfile installs both distributions, and copies every file the collector's package links to (the
+    rules, the runbooks): a link left dangling in the image ships a collector without them."""
+    lines = (DEPLOY / "Dockerfile").read_text().splitlines()
+    installs = [line.split() for line in lines if line.startswith("RUN pip install")]
+    assert installs and "./collector" in installs[0] and "." in installs[0]
+    copied = [Path(src) for line in lines if line.startswith("COPY ") for src in line.split()[1:-1]]
+    links = [p for p in (REPO / "collector" / "ragtrace_collector").rglob("*") if p.is_symlink()]
+    assert any(p.name == "runbooks" for p in links)
+    for link in links:
+        target = link.resolve().relative_to(REPO)
+        assert any(target == c or c in target.parents for c in copied), f"{link}: {target} is not copied"

@@ -189,6 +189,15 @@ def scenario(tmp_path_factory):
             trace_ids={r.trace_id for r in traffic.recent if r.trace_id},
             prom_alerts=prom.alerts(),
         )
+        # The alert's runbook link, opened as someone paged would: absolute, on this collector, while it runs.
+        links = [
+            a["annotations"].get("runbook_url")
+            for a in out["prom_alerts"]
+            if a["labels"]["alertname"] == "RagFaithfulnessLow"
+        ]
+        out["runbook_url"] = links[0] if links else None
+        out["collector_base"] = collector.metrics_url.removesuffix("/metrics")
+        out["runbook_page"] = http_get(links[0]).decode() if links and links[0] else None
         # Panel data, while Prometheus still runs.
         data, per_metric = {}, {}
         for dash in load_dashboards():
@@ -308,6 +317,15 @@ def test_faithfulness_alert_reaches_alertmanager(scenario):
     assert alert["labels"]["severity"] == "page"
     assert alert["status"]["state"] in {"active", "unprocessed"}
     assert "Faithfulness of pipeline elements-qa" in alert["annotations"]["summary"]
+
+
+def test_the_alerts_runbook_link_opens_on_the_collector(scenario):
+    """Paged from Alertmanager or Slack, the link is absolute and names the collector Prometheus scrapes (the demo's
+    ``external_labels.ragtrace_url``), which serves the runbook."""
+    assert scenario["runbook_url"] == scenario["collector_base"] + "/runbooks/RagFaithfulnessLow", scenario[
+        "runbook_url"
+    ]
+    assert "RagFaithfulnessLow" in scenario["runbook_page"]
 
 
 def test_exemplars_link_scores_and_latency_to_traces(scenario):

@@ -15,8 +15,8 @@ import pytest
 from ragtrace_collector.config import SamplingConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.spans import SpanData
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
+from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.processor.sampling.sampler import Sampler
 from ragtrace_collector.processor.sweep import Sweeper
 
@@ -149,7 +149,7 @@ class _Observer:
 
 
 def _sweep(state: RedisAssemblyState, queue: _Queue, rate: float = 1.0) -> Sweeper:
-    sweeper = Sweeper(Assembler(state), Sampler(SamplingConfig(rate=rate)), queue, _Observer())  # type: ignore[arg-type]
+    sweeper = Sweeper(Pipeline(state), Sampler(SamplingConfig(rate=rate)), queue, _Observer())  # type: ignore[arg-type]
     asyncio.run(sweeper.run_once())
     sweeper.close()
     return sweeper

@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ragtrace_collector.model.spans import DecodedRequest, SpanData
-from ragtrace_collector.processor.assembly.assembler import REASON_DUPLICATE_CALL, REASON_SPLIT_REQUEST, Assembler
-from ragtrace_collector.processor.assembly.pairing import HeldRetrieval
-from ragtrace_collector.processor.assembly.redis_pairing import RedisPairingState
 from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
 from ragtrace_collector.processor.assembly.state import CompletedTrace
 from ragtrace_collector.processor.conventions import duplicates, halves
+from ragtrace_collector.processor.joins.duplicate_calls import REASON_DUPLICATE_CALL
+from ragtrace_collector.processor.joins.pairing import HeldRetrieval
+from ragtrace_collector.processor.joins.redis_pairing import RedisPairingState
+from ragtrace_collector.processor.joins.split_requests import REASON_SPLIT_REQUEST
+from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
 from tests.support.assembly import RecordingObserver
 from tests.support.paths import REPO
@@ -45,14 +47,14 @@ def captured_traces(setup: str) -> dict[str, list[SpanData]]:
 
 def receiver(
     url: str, window: float = 10.0, settle: float = 1.0, retry_interval: float = 1.0
-) -> tuple[Assembler, RecordingObserver]:
+) -> tuple[Pipeline, RecordingObserver]:
     obs = RecordingObserver()
     state = RedisAssemblyState(url, grace_seconds=GRACE, max_wait_seconds=30.0, retry_interval=retry_interval)
     pairing = RedisPairingState(url, window=window, settle=settle, retry_interval=retry_interval)
-    return Assembler(state, observer=obs, pairing=pairing), obs
+    return Pipeline(state, observer=obs, pairing=pairing), obs
 
 
-def send(assembler: Assembler, traces: list[tuple[str, list[SpanData]]]) -> None:
+def send(assembler: Pipeline, traces: list[tuple[str, list[SpanData]]]) -> None:
     for trace_id, spans in traces:
         request = DecodedRequest()
         request.traces[trace_id] = spans

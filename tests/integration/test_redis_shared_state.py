@@ -11,8 +11,8 @@ import redis
 
 from ragtrace_collector.config import AssemblyConfig
 from ragtrace_collector.model.spans import DecodedRequest, SpanData
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.redis_state import RedisAssemblyState
+from ragtrace_collector.processor.pipeline import Pipeline
 from tests.support.redis_server import REFUSALS, RedisServer, refuse_writes, take_writes_again
 
 pytestmark = pytest.mark.integration
@@ -155,14 +155,14 @@ def test_a_redis_refusing_writes_assembles_locally_and_recovers(tmp_path, refusa
 
 
 def test_assembler_over_shared_state_builds_one_record(redis_server):
-    """The ingest helper's Assembler, unchanged, on top of the shared state of two receivers."""
+    """The ingest helper's Pipeline, unchanged, on top of the shared state of two receivers."""
 
     cfg = AssemblyConfig(grace_seconds=0.0, max_wait_seconds=5.0, max_inflight_traces=100, max_inflight_bytes=1 << 20)
     prefix = uuid.uuid4().hex[:8]
     url = f"{redis_server.url}?prefix={prefix}"
     asm_a, asm_b = (
-        Assembler(RedisAssemblyState.from_config(url, cfg)),
-        Assembler(RedisAssemblyState.from_config(url, cfg)),
+        Pipeline(RedisAssemblyState.from_config(url, cfg)),
+        Pipeline(RedisAssemblyState.from_config(url, cfg)),
     )
     t = tid(42)
     ra, rb = DecodedRequest(), DecodedRequest()

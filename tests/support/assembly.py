@@ -1,4 +1,4 @@
-"""Stand-ins for what drives and watches an :class:`~ragtrace_collector.processor.assembly.assembler.Assembler`:
+"""Stand-ins for what drives and watches an :class:`~ragtrace_collector.processor.pipeline.Pipeline`:
 a clock the test moves, and an observer that records what assembly reports."""
 
 from __future__ import annotations

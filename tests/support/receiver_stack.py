@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from ragtrace_collector.config import AuthConfig
 from ragtrace_collector.internal.credentials import CredentialGuard
 from ragtrace_collector.model.record import RagRecord
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.receiver.ingest import Ingestor
 from ragtrace_collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from ragtrace_collector.receiver.otlp_http import OtlpHttpReceiver
@@ -26,7 +26,7 @@ class Stack:
         self.registry = CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
         state = InMemoryAssemblyState(**{"grace_seconds": 0.0, **(assembly or {})})
-        self.assembler = Assembler(state, observer=self.metrics)
+        self.assembler = Pipeline(state, observer=self.metrics)
         if bearer_token is not None:  # ``auth.bearer_token``, checked as the service checks it
             ingestor_kw["guard"] = CredentialGuard(AuthConfig(bearer_token=bearer_token), self.registry)
         self.ingestor = Ingestor(self.assembler.add, self.metrics, **ingestor_kw)

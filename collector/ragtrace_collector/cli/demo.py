@@ -292,6 +292,8 @@ class PrometheusProcess(ChildProcess):
         )
         (workdir / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {evaluation_interval}\n"
+            # the base of the alerts' runbook links: this collector, on whichever port the demo took
+            f"  external_labels:\n    ragtrace_url: http://{metrics_target}\n"
             f"rule_files:\n  - rules/*.yml\n{alerting}"
             f"scrape_configs:\n  - job_name: ragtrace-collector\n    static_configs:\n"
             f"      - targets: ['{metrics_target}']\n"

@@ -13,6 +13,7 @@ Routes (GET, read-only, except the sign-in and sign-out forms' POSTs and the qua
   redirects to the next record of the queue; ``POST /api/v1/records/{trace_id}/reviews`` — the same as JSON;
 * ``/explorer/agreement`` (``/api/v1/agreement``) — judge vs human agreement (:mod:`ragtrace_collector.review.agreement`);
 * ``POST /api/v1/records/{trace_id}/feedback`` — end-user feedback from a backend that does not run the SDK;
+* ``/runbooks/<alert>`` — the alerts' runbooks, without a token (:mod:`.runbooks`);
 * ``/explorer/login`` — with a read token configured (``auth.bearer_token``, ``auth.read_tokens`` or
   ``auth.review_tokens``), a browser gives a token once and gets a session cookie (a random id: HttpOnly,
   SameSite=Strict, Secure over TLS, ``auth.session_hours`` long, :mod:`.sessions`); ``POST /explorer/logout`` ends
@@ -45,7 +46,6 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,9 +55,18 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CollectorRegistry
 
 from ragtrace_collector.config import AuthConfig, ExplorerConfig, ReviewConfig
-from ragtrace_collector.explorer.query import OUTCOMES, SORTS, WINDOWS, BadQuery, kept_params, parse_query
+from ragtrace_collector.explorer.query import OUTCOMES, PARAMS, SORTS, WINDOWS, BadQuery, kept_params, parse_query
+from ragtrace_collector.explorer.runbooks import add_routes as add_runbook_routes
 from ragtrace_collector.explorer.sessions import Sessions
 from ragtrace_collector.explorer.thresholds import Thresholds, load_thresholds
+from ragtrace_collector.explorer.view_models import (
+    AgreementView,
+    Backlog,
+    ClaimView,
+    RecordDetailView,
+    RecordListView,
+    SessionView,
+)
 from ragtrace_collector.explorer.views import (
     EXPLORER_PATH,
     LATENCY_FIELDS,
@@ -65,10 +74,11 @@ from ragtrace_collector.explorer.views import (
     claims_of,
     detail_view,
     iso,
+    list_view,
     queue_view,
     review_id,
     session_path,
-    summary_view,
+    session_view,
 )
 from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.credential_limit import client_key
@@ -89,7 +99,7 @@ from ragtrace_collector.review.labels import (
     review_from_json,
 )
 from ragtrace_collector.review.queue import DEFAULT_METRIC, REASONS, Reason, ReviewQueue, review_queue
-from ragtrace_collector.scoring.results_store import FACET_LIMIT, RecordQuery, ResultsStore
+from ragtrace_collector.scoring.results_store import FACET_LIMIT, RecordPage, RecordQuery, ResultsStore
 
 log = logging.getLogger(__name__)
 
@@ -113,15 +123,6 @@ _SECURITY_HEADERS = {
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """Records received and not scored yet, and why scoring is paused (the judge's outage), if it is: what a
-    user looking at an empty or stale list needs to know."""
-
-    waiting: int
-    judge_unavailable: str | None = None
 
 
 class ReadGate:
@@ -243,6 +244,7 @@ class Explorer(Component):
         app.router.add_get(API_PATH + "agreement", self._guard(self.api_agreement, api=True))
         app.router.add_post(API_PATH + "records/{key}/reviews", self.api_add_review)
         app.router.add_post(API_PATH + "records/{key}/feedback", self.api_add_feedback)
+        add_runbook_routes(app)  # /runbooks/<alert>: each alert's runbook_url (explorer/runbooks.py)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Cancel the reads not begun (those running finish on their own: none is waited for), then close the
@@ -429,18 +431,17 @@ class Explorer(Component):
         )
 
     # --- reading ---
-    def _list(self, params: Mapping[str, str]) -> tuple[RecordQuery, dict[str, Any]]:
+    def _list(self, params: Mapping[str, str]) -> tuple[RecordQuery, RecordListView]:
         query = parse_query(params, self.config.page_size)
         store = self.store()
         if store is None:
-            return query, {"total": 0, "records": [], "facets": _NO_FACETS, "backlog": self._backlog()}
+            return query, list_view(RecordPage([], 0), query, self.thresholds, _NO_FACETS, self._backlog())
         page = store.records(query)
-        rows = [summary_view(r, self.thresholds, query.metric) for r in page.records]
         facets = store.facets()
         for name, chosen in (("services", query.service), ("pipelines", query.pipeline)):
             if chosen is not None and chosen not in facets[name]:  # a rarer value, given in the URL, stays chosen
                 facets[name] = sorted([*facets[name], chosen])
-        return query, {"total": page.total, "records": rows, "facets": facets, "backlog": self._backlog()}
+        return query, list_view(page, query, self.thresholds, facets, self._backlog())
 
     def _backlog(self) -> Backlog | None:
         if self.backlog is None:
@@ -451,7 +452,7 @@ class Explorer(Component):
             log.debug("backlog unavailable: %s", exc)
             return None
 
-    def _detail(self, key: str) -> dict[str, Any] | None:
+    def _detail(self, key: str) -> RecordDetailView | None:
         store = self.store()
         found = store.record(key) if store is not None else None
         if found is None:
@@ -461,7 +462,7 @@ class Explorer(Component):
             found, self.thresholds, self.config.trace_links, self.labels.reviews_of(said), self.labels.feedback_of(said)
         )
 
-    def _found(self, key: str) -> tuple[str, list[dict[str, Any]]] | None:
+    def _found(self, key: str) -> tuple[str, tuple[ClaimView, ...]] | None:
         """The review id of the stored record ``key`` and its claims (None: not in the results store)."""
         store = self.store()
         found = store.record(key) if store is not None else None
@@ -477,13 +478,13 @@ class Explorer(Component):
             self.store(), self.labels, self.thresholds, metric, self.review.queue_pool, self.review.sample_rate
         )
 
-    def _agreement(self) -> dict[str, Any]:
-        return agreement_view(self.agreement.report())
+    def _agreement(self) -> AgreementView:
+        return agreement_view(self.agreement.report(), self.review.agreement_window_days)
 
-    def _session(self, session_id: str) -> list[dict[str, Any]]:
+    def _session(self, session_id: str) -> SessionView:
         store = self.store()
         turns = store.session(session_id) if store is not None else []
-        return [summary_view(r, self.thresholds) for r in turns]
+        return session_view(session_id, turns, self.thresholds)
 
     # --- pages ---
     async def records_page(self, request: web.Request) -> web.StreamResponse:
@@ -492,7 +493,7 @@ class Explorer(Component):
         except BadQuery as exc:
             return self._html("error.html", {"status": 400, "message": str(exc)}, status=400)
         kept = kept_params(request.query)
-        total, rows = found["total"], found["records"]
+        total, rows = found.total, found.records
 
         def href(**changes: Any) -> str:
             params = {**kept, **{k: str(v) for k, v in changes.items() if v is not None}}
@@ -503,34 +504,15 @@ class Explorer(Component):
         context = {
             "rows": rows,
             "total": total,
-            "backlog": found["backlog"],
+            "backlog": found.backlog,
             "first": offset + 1 if rows else 0,
             "last": offset + len(rows),
             "prev_href": href(offset=max(0, offset - limit)) if offset > 0 else None,
             "next_href": href(offset=offset + limit) if offset + len(rows) < total else None,
             "sort_hrefs": {s: href(sort=s, offset="") for s in SORTS},
             "sort": query.sort,
-            "f": {
-                k: request.query.get(k, "")
-                for k in (
-                    "window",
-                    "service",
-                    "pipeline",
-                    "metric",
-                    "min_score",
-                    "max_score",
-                    "judge",
-                    "outcome",
-                    "session",
-                    "user",
-                    "sort",
-                    "since",
-                    "until",
-                    "trace_id",
-                    "limit",
-                )
-            },
-            "facets": found["facets"],
+            "f": {k: request.query.get(k, "") for k in PARAMS},  # the filter form's values, as given
+            "facets": found.facets,
             "windows": WINDOWS,
             "outcomes": OUTCOMES,
             "sorts": SORTS,
@@ -545,7 +527,7 @@ class Explorer(Component):
         form, fresh = None, None
         if self.may_review_in_browser(request):
             token, fresh = self.csrf_token(request)
-            scored = [m["metric"] for m in view["metrics"] if m["status"] == "scored"]
+            scored = [m.metric for m in view.metrics if m.status == "scored"]
             asked = request.query.get("review")
             metric = (
                 asked if asked in scored else DEFAULT_METRIC if DEFAULT_METRIC in scored or not scored else scored[0]
@@ -558,7 +540,7 @@ class Explorer(Component):
                 "queued": asked is not None,  # came from the review queue: the first button takes the focus
                 "reason": reason if reason in REASONS else "",
                 "reviewer": urllib.parse.unquote(request.cookies.get(REVIEWER_COOKIE, "")),
-                "action": view["path"] + "/review",
+                "action": view.path + "/review",
                 "max_comment": MAX_COMMENT_CHARS,
                 "max_reviewer": MAX_REVIEWER_CHARS,
             }
@@ -592,9 +574,9 @@ class Explorer(Component):
         reviewer = fields.get("reviewer", "").strip()
         if fields.get("verdict") != "skip":
             claim_verdicts = [
-                {"statement": c["statement"], "verdict": fields[f"claim-{c['index']}"]}
+                {"statement": c.statement, "verdict": fields[f"claim-{c.index}"]}
                 for c in claims
-                if fields.get(f"claim-{c['index']}") in CLAIM_LABELS
+                if fields.get(f"claim-{c.index}") in CLAIM_LABELS
             ]
             data = {
                 "metric": metric,
@@ -635,67 +617,51 @@ class Explorer(Component):
     async def queue_page(self, request: web.Request) -> web.StreamResponse:
         metric, reason = _queue_params(request)
         queue, metrics = await self._read(request, self._queue_and_metrics, metric)
-        view = queue_view(queue, QUEUE_SHOWN, reason)
-        first = view["items"][0] if view["items"] else None
+        view = queue_view(queue, QUEUE_SHOWN, reason, self.review.sample_rate)
+        first = view.items[0] if view.items else None
         params = {"review": metric, **({"reason": reason} if reason else {})}
         context = {
             "q": view,
             "metric": metric,
             "reason": reason or "",
             "metrics": sorted({*metrics, metric}),
-            "first_href": f"{first['path']}?{urllib.parse.urlencode(params)}" if first else None,
+            "first_href": f"{first.path}?{urllib.parse.urlencode(params)}" if first else None,
             "item_query": urllib.parse.urlencode(params),
             "done": request.query.get("done") == "1",
-            "sample_rate": self.review.sample_rate,
+            "sample_rate": view.sample_rate,
             "may_review": self.may_review_in_browser(request),
         }
         return await self._render("review.html", context)
 
     async def agreement_page(self, request: web.Request) -> web.StreamResponse:
         view = await self._read(request, self._agreement)
-        return await self._render("agreement.html", {"a": view, "window_days": self.review.agreement_window_days})
+        return await self._render("agreement.html", {"a": view, "window_days": view.window_days})
 
     async def session_page(self, request: web.Request) -> web.StreamResponse:
-        session_id = request.match_info["session_id"]
-        turns = await self._read(request, self._session, session_id)
-        if not turns:
+        view = await self._read(request, self._session, request.match_info["session_id"])
+        if not view.turns:
             return self._html("error.html", {"status": 404, "message": "no scored records in this session"}, 404)
-        return await self._render("session.html", {"session_id": session_id, "turns": turns})
+        return await self._render("session.html", {"session_id": view.session_id, "turns": view.turns})
 
     # --- JSON API ---
     async def api_records(self, request: web.Request) -> web.StreamResponse:
         try:
-            query, found = await self._read(request, self._list, request.query)
+            _, found = await self._read(request, self._list, request.query)
         except BadQuery as exc:
             return _json({"error": str(exc)}, status=400)
-        origin = str(request.url.origin())
-        records = [{**r, "url": origin + r["path"]} for r in found["records"]]
-        end = query.offset + len(records)
-        return _json(
-            {
-                "total": found["total"],
-                "offset": query.offset,
-                "limit": query.limit,
-                "next_offset": end if end < found["total"] else None,
-                "records": records,
-                "waiting": found["backlog"].waiting if found["backlog"] is not None else None,
-                "judge_unavailable": found["backlog"].judge_unavailable if found["backlog"] is not None else None,
-            }
-        )
+        return _json(found.to_json(str(request.url.origin())))
 
     async def api_record(self, request: web.Request) -> web.StreamResponse:
         view = await self._read(request, self._detail, request.match_info["key"])
         if view is None:
             return _json({"error": "no such record in the results store"}, status=404)
-        view.pop("answer_segments", None)  # a page layout detail; claims carry the same information
-        return _json({**view, "url": str(request.url.origin()) + view["path"]})
+        return _json(view.to_json(str(request.url.origin())))
 
     async def api_session(self, request: web.Request) -> web.StreamResponse:
-        session_id = request.match_info["session_id"]
-        turns = await self._read(request, self._session, session_id)
-        if not turns:
+        view = await self._read(request, self._session, request.match_info["session_id"])
+        if not view.turns:
             return _json({"error": "no scored records in this session"}, status=404)
-        return _json({"session_id": session_id, "turns": turns})
+        return _json(view.to_json())
 
     async def api_facets(self, request: web.Request) -> web.StreamResponse:
         """The filters' values, each the most frequent ``limit`` (at most 1,000), containing ``q`` where given."""
@@ -714,15 +680,12 @@ class Explorer(Component):
         except ValueError:
             return _json({"error": "limit must be a whole number"}, status=400)
         queue = await self._read(request, self._queue, metric)
-        view = queue_view(queue, limit, reason)
-        origin = str(request.url.origin())
-        view["items"] = [{**item, "url": origin + item["path"]} for item in view["items"]]
-        return _json({**view, "reason": reason, "sample_rate": self.review.sample_rate})
+        view = queue_view(queue, limit, reason, self.review.sample_rate)
+        return _json(view.to_json(str(request.url.origin())))
 
     async def api_agreement(self, request: web.Request) -> web.StreamResponse:
         view = await self._read(request, self._agreement)
-        view.pop("groups", None)  # the page's layout; "agreement" holds the same rows
-        return _json({**view, "window_days": self.review.agreement_window_days})
+        return _json(view.to_json())
 
     async def api_add_review(self, request: web.Request) -> web.StreamResponse:
         """``POST /api/v1/records/{trace_id}/reviews``: 201 stored, 200 replacing the reviewer's earlier verdict."""

@@ -1,4 +1,4 @@
-"""Stored records as what the pages and the JSON API show: one set of plain dicts for both.
+"""Stored records as what the pages and the JSON API show: the view models of :mod:`.view_models`, built here.
 
 A record page needs more than the stored rows say directly: which part of the answer each claim is (to
 highlight it by its verdict), which retrieved context supports each claim (its evidence quote found in
@@ -10,16 +10,35 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ragtrace_collector.explorer.thresholds import Thresholds
+from ragtrace_collector.explorer.thresholds import Side, Thresholds
+from ragtrace_collector.explorer.view_models import (
+    AgreementGroup,
+    AgreementView,
+    AnswerSegment,
+    Backlog,
+    ClaimView,
+    ContextView,
+    FeedbackView,
+    MetricView,
+    QueueItemView,
+    RecordDetailView,
+    RecordListView,
+    RecordRow,
+    ReviewQueueView,
+    ReviewView,
+    ScoreView,
+    SessionView,
+    TraceLink,
+)
 from ragtrace_collector.model.result import ChunkUsefulness, ClaimVerdicts
-from ragtrace_collector.review.agreement import AgreementReport
+from ragtrace_collector.review.agreement import Agreement, AgreementReport, Population
 from ragtrace_collector.review.labels import Feedback, Review
-from ragtrace_collector.review.queue import REASONS, ReviewQueue
-from ragtrace_collector.scoring.results_store import StoredRecord, StoredResult
+from ragtrace_collector.review.queue import REASONS, QueueItem, Reason, ReviewQueue
+from ragtrace_collector.scoring.results_store import RecordPage, RecordQuery, StoredRecord, StoredResult
 
 EXPLORER_PATH = "/explorer/"  # the records list; the demo prints it first
 CLAIM_METRICS = ("faithfulness", "hallucination")  # whose details carry the answer's claims and verdicts
@@ -47,23 +66,49 @@ def session_path(session_id: str) -> str:
     return f"{EXPLORER_PATH}sessions/{urllib.parse.quote(session_id, safe='')}"
 
 
-def score_view(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> dict[str, Any]:
-    """One metric's outcome, with the alert threshold and the side of it the score is on."""
+def _threshold(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> tuple[float | None, Side | None]:
+    """The metric's alert threshold for the pipeline, and the side of it the score is on (None: not scored, or no
+    threshold for this metric)."""
     threshold = thresholds.get(result.metric, pipeline)
-    side = None
-    if result.status == "scored" and result.score is not None and threshold is not None:
-        side = threshold.side(result.score)
-    return {
-        "metric": result.metric,
-        "status": result.status,
-        "score": result.score,
-        "reason": result.reason,
-        "label": result.label,
-        "higher_is_better": result.higher_is_better,
-        "judge": result.judge,
-        "threshold": threshold.value if threshold is not None else None,
-        "side": side,  # "good", "bad", or None (not scored, or no threshold for this metric)
-    }
+    if threshold is None:
+        return None, None
+    if result.status == "scored" and result.score is not None:
+        return threshold.value, threshold.side(result.score)
+    return threshold.value, None
+
+
+def score_view(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> ScoreView:
+    """One metric's outcome, with the alert threshold and the side of it the score is on (a score chip)."""
+    threshold, side = _threshold(result, pipeline, thresholds)
+    return ScoreView(
+        metric=result.metric,
+        status=result.status,
+        score=result.score,
+        reason=result.reason,
+        label=result.label,
+        higher_is_better=result.higher_is_better,
+        judge=result.judge,
+        threshold=threshold,
+        side=side,
+    )
+
+
+def metric_view(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> MetricView:
+    """A score on the record page: its chip's fields, details and provenance."""
+    threshold, side = _threshold(result, pipeline, thresholds)
+    return MetricView(
+        metric=result.metric,
+        status=result.status,
+        score=result.score,
+        reason=result.reason,
+        label=result.label,
+        higher_is_better=result.higher_is_better,
+        judge=result.judge,
+        threshold=threshold,
+        side=side,
+        details=result.details,
+        provenance=provenance_of(result),
+    )
 
 
 def worst_score(record: StoredRecord, metric: str | None) -> StoredResult | None:
@@ -79,130 +124,153 @@ def worst_score(record: StoredRecord, metric: str | None) -> StoredResult | None
     return min(scored, key=badness, default=None)
 
 
-def summary_view(record: StoredRecord, thresholds: Thresholds, metric: str | None = None) -> dict[str, Any]:
+def summary_view(record: StoredRecord, thresholds: Thresholds, metric: str | None = None) -> RecordRow:
     """A record as a row of the list (and of ``GET /api/v1/records``)."""
     shown = worst_score(record, metric)
-    return {
-        "trace_id": record.trace_id,
-        "record_key": record.record_key,
-        "service": record.service,
-        "pipeline": record.pipeline,
-        "session_id": record.session_id,
-        "user_id": record.user_id,
-        "judge": record.judge,
-        "model": record.model,
-        "error": record.error,
-        "time": record.occurred_at,  # the request's start where known, else when it was stored
-        "time_iso": iso(record.occurred_at),
-        "stored_at": record.scored_at,
-        "stored_at_iso": iso(record.scored_at),
-        "question": record.user_input,
-        "answer": record.response,
-        "metric": shown.metric if shown is not None else None,
-        "score": shown.score if shown is not None else None,
-        "status": shown.status if shown is not None else None,
-        "scores": [score_view(r, record.pipeline, thresholds) for r in record.results],
-        "path": record_path(record),
-    }
+    return RecordRow(
+        trace_id=record.trace_id,
+        record_key=record.record_key,
+        service=record.service,
+        pipeline=record.pipeline,
+        session_id=record.session_id,
+        user_id=record.user_id,
+        judge=record.judge,
+        model=record.model,
+        error=record.error,
+        time=record.occurred_at,
+        time_iso=iso(record.occurred_at),
+        stored_at=record.scored_at,
+        stored_at_iso=iso(record.scored_at),
+        question=record.user_input,
+        answer=record.response,
+        metric=shown.metric if shown is not None else None,
+        score=shown.score if shown is not None else None,
+        status=shown.status if shown is not None else None,
+        scores=tuple(score_view(r, record.pipeline, thresholds) for r in record.results),
+        path=record_path(record),
+    )
+
+
+def list_view(
+    page: RecordPage, query: RecordQuery, thresholds: Thresholds, facets: dict[str, list[str]], backlog: Backlog | None
+) -> RecordListView:
+    """One page of the list: its records as rows, their score column the query's metric's where it names one."""
+    rows = tuple(summary_view(r, thresholds, query.metric) for r in page.records)
+    return RecordListView(page.total, query.offset, query.limit, rows, facets, backlog)
+
+
+def session_view(session_id: str, turns: Sequence[StoredRecord], thresholds: Thresholds) -> SessionView:
+    return SessionView(session_id, tuple(summary_view(r, thresholds) for r in turns))
 
 
 def _squash(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def claims_of(record: StoredRecord) -> list[dict[str, Any]]:
+def claims_of(record: StoredRecord) -> tuple[ClaimView, ...]:
     """The answer's claims with their verdicts, from faithfulness (else hallucination) details read through
     :class:`~ragtrace_collector.model.result.ClaimVerdicts`; ``kind`` says which verdict in words the page can
-    show (supported, contradicted, not_found, or unsupported for a ``no`` that does not say which)."""
+    show (supported, contradicted, not_found, or unsupported for a ``no`` that does not say which). Their
+    contexts and place in the answer are not known yet (see :func:`detail_view`)."""
     by_metric = {r.metric: r for r in record.results}
     for name in CLAIM_METRICS:
         result = by_metric.get(name)
         typed = ClaimVerdicts.from_details(result.details) if result is not None else None
         if typed is None or not typed.claims:
             continue
-        out: list[dict[str, Any]] = []
+        out: list[ClaimView] = []
         for i, stored in enumerate(typed.claims):
             claim = stored if stored.verdict else replace(stored, verdict="idk")
             out.append(
-                {
-                    "index": i + 1,
-                    "statement": claim.statement,
-                    "verdict": claim.verdict,
-                    "kind": claim.kind,
-                    "supported": typed.supported(claim),
-                    "reason": claim.reason,
-                    "evidence": claim.evidence,
-                    "confidence": claim.confidence,
-                    "contexts": [],  # ranks of the contexts holding its evidence (filled below)
-                    "in_answer": False,
-                }
+                ClaimView(
+                    index=i + 1,
+                    statement=claim.statement,
+                    verdict=str(claim.verdict),
+                    kind=claim.kind,
+                    supported=typed.supported(claim),
+                    reason=claim.reason,
+                    evidence=claim.evidence,
+                    confidence=claim.confidence,
+                    contexts=(),
+                    in_answer=False,
+                )
             )
-        return out
-    return []
+        return tuple(out)
+    return ()
 
 
-def answer_segments(answer: str, claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def answer_segments(answer: str, claims: Sequence[ClaimView]) -> tuple[AnswerSegment, ...]:
     """The answer cut into plain text and claims (``claim``: its index), each claim found in order, so the
     page can highlight each by its verdict; claims not found verbatim stay listed below the answer only."""
-    segments: list[dict[str, Any]] = []
+    segments: list[AnswerSegment] = []
     cursor = 0
     for claim in claims:
-        statement = claim["statement"].strip()
+        statement = claim.statement.strip()
         if not statement:
             continue
         at = answer.find(statement, cursor)
         if at < 0:  # rephrased by the judge, or overlapping an earlier claim
             continue
         if at > cursor:
-            segments.append({"text": answer[cursor:at], "claim": None})
-        segments.append(
-            {"text": statement, "claim": claim["index"], "verdict": claim["verdict"], "kind": claim["kind"]}
-        )
-        claim["in_answer"] = True
+            segments.append(AnswerSegment(answer[cursor:at]))
+        segments.append(AnswerSegment(statement, claim.index, claim.verdict, claim.kind))
         cursor = at + len(statement)
     if cursor < len(answer):
-        segments.append({"text": answer[cursor:], "claim": None})
-    return segments
+        segments.append(AnswerSegment(answer[cursor:]))
+    return tuple(segments)
 
 
-def contexts_of(record: StoredRecord, claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def contexts_of(record: StoredRecord, claims: Sequence[ClaimView]) -> tuple[ContextView, ...]:
     """The retrieved contexts in rank order: retrieval score, usefulness (context precision) and the claims
     whose evidence each holds (and, of those, the ones it supports)."""
     raw = record.record.get("retrieved_contexts") or []
     precision = next((r for r in record.results if r.metric == "context_precision" and r.status == "scored"), None)
     useful = ChunkUsefulness.from_details(precision.details) if precision is not None else None
-    contexts = []
+    contexts: list[ContextView] = []
     for rank, ctx in enumerate((c for c in raw if isinstance(c, dict)), start=1):
         content = str(ctx.get("content", ""))
         squashed = _squash(content)
-        holds = []
-        for claim in claims:
-            evidence = claim.get("evidence")
-            if isinstance(evidence, str) and evidence.strip() and _squash(evidence) in squashed:
-                claim["contexts"].append(rank)
-                holds.append(claim["index"])
-        flag = useful.at_rank(rank) if useful is not None else None
-        contexts.append(
-            {
-                "rank": rank,
-                "id": ctx.get("id"),
-                "content": content,
-                "score": ctx.get("score"),
-                "useful": flag,
-                "supports": [i for i in holds if claims[i - 1]["supported"]],
-                "evidence_for": holds,
-                "metadata": ctx.get("metadata") or {},
-            }
+        holds = tuple(
+            claim.index
+            for claim in claims
+            if isinstance(claim.evidence, str) and claim.evidence.strip() and _squash(claim.evidence) in squashed
         )
-    return contexts
+        contexts.append(
+            ContextView(
+                rank=rank,
+                id=ctx.get("id"),
+                content=content,
+                score=ctx.get("score"),
+                useful=useful.at_rank(rank) if useful is not None else None,
+                supports=tuple(i for i in holds if claims[i - 1].supported),
+                evidence_for=holds,
+                metadata=ctx.get("metadata") or {},
+            )
+        )
+    return tuple(contexts)
 
 
-def trace_links(record: StoredRecord, templates: dict[str, str]) -> list[dict[str, str]]:
+def placed(
+    claims: Sequence[ClaimView], segments: Sequence[AnswerSegment], contexts: Sequence[ContextView]
+) -> tuple[ClaimView, ...]:
+    """The claims with the contexts holding their evidence (in rank order) and whether the answer holds them."""
+    in_answer = {s.claim for s in segments if s.claim is not None}
+    return tuple(
+        replace(
+            c,
+            contexts=tuple(ctx.rank for ctx in contexts if c.index in ctx.evidence_for),
+            in_answer=c.index in in_answer,
+        )
+        for c in claims
+    )
+
+
+def trace_links(record: StoredRecord, templates: Mapping[str, str]) -> tuple[TraceLink, ...]:
     """The configured trace links (``{trace_id}`` replaced) for a record with a trace id."""
     if not record.trace_id:
-        return []
+        return ()
     quoted = urllib.parse.quote(record.trace_id, safe="")
-    return [{"name": name, "url": template.replace("{trace_id}", quoted)} for name, template in templates.items()]
+    return tuple(TraceLink(name, template.replace("{trace_id}", quoted)) for name, template in templates.items())
 
 
 def review_id(record: StoredRecord) -> str:
@@ -215,85 +283,144 @@ def provenance_of(result: StoredResult) -> dict[str, Any]:
     return {k: v for k, v in (result.provenance or {}).items() if v not in (None, "")}
 
 
-def review_view(review: Review) -> dict[str, Any]:
-    return {**review.to_dict(), "reviewed_at_iso": iso(review.reviewed_at)}
+def review_view(review: Review) -> ReviewView:
+    return ReviewView(
+        trace_id=review.trace_id,
+        metric=review.metric,
+        reviewer=review.reviewer,
+        verdict=review.verdict,
+        claims=review.claims,
+        reference=review.reference,
+        comment=review.comment,
+        reviewed_at=review.reviewed_at,
+        unfaithful=review.unfaithful,
+        reviewed_at_iso=iso(review.reviewed_at),
+    )
 
 
-def feedback_view(item: Feedback) -> dict[str, Any]:
-    return {**item.to_dict(), "received_at_iso": iso(item.received_at)}
+def feedback_view(item: Feedback) -> FeedbackView:
+    return FeedbackView(
+        trace_id=item.trace_id,
+        value=item.value,
+        name=item.name,
+        comment=item.comment,
+        source=item.source,
+        feedback_id=item.feedback_id,
+        service=item.service,
+        received_at=item.received_at,
+        received_at_iso=iso(item.received_at),
+    )
 
 
 def detail_view(
     record: StoredRecord,
     thresholds: Thresholds,
-    link_templates: dict[str, str],
+    link_templates: Mapping[str, str],
     reviews: Sequence[Review] = (),
     feedback: Sequence[Feedback] = (),
-) -> dict[str, Any]:
+) -> RecordDetailView:
     """Everything the record page shows (and ``GET /api/v1/records/{trace_id}`` returns): the record, its scores
     with their provenance, and what people said of it (reviews, end-user feedback)."""
     data = record.record
-    claims = claims_of(record)
-    answer = record.response or ""
-    segments = answer_segments(answer, claims)
-    contexts = contexts_of(record, claims)
-    view = summary_view(record, thresholds)
-    view.update(
-        {
-            "started_at": record.started_at,
-            "started_at_iso": iso(record.started_at),
-            "reference": data.get("reference"),
-            "provider": data.get("provider"),
-            "model": record.model or data.get("model"),
-            "input_tokens": data.get("input_tokens"),
-            "output_tokens": data.get("output_tokens"),
-            "streamed": data.get("streamed"),
-            "tags": data.get("tags") or [],
-            "latency": {name: data.get(name) for name, _ in LATENCY_FIELDS},
-            "contexts": contexts,
-            "contexts_stored": "retrieved_contexts" in data,  # False for records stored before contexts were kept
-            "claims": claims,
-            "answer_segments": segments,
-            "metrics": [
-                {**score_view(r, record.pipeline, thresholds), "details": r.details, "provenance": provenance_of(r)}
-                for r in record.results
-            ],
-            "reviews": [review_view(r) for r in reviews],
-            "feedback": [feedback_view(f) for f in feedback],
-            "feedback_mean": sum(f.value for f in feedback) / len(feedback) if feedback else None,
-            "trace_links": trace_links(record, link_templates),
-            "session_path": session_path(record.session_id) if record.session_id else None,
-        }
+    found = claims_of(record)
+    segments = answer_segments(record.response or "", found)
+    contexts = contexts_of(record, found)
+    shown = worst_score(record, None)
+    return RecordDetailView(
+        trace_id=record.trace_id,
+        record_key=record.record_key,
+        service=record.service,
+        pipeline=record.pipeline,
+        session_id=record.session_id,
+        user_id=record.user_id,
+        judge=record.judge,
+        model=record.model or data.get("model"),
+        error=record.error,
+        time=record.occurred_at,
+        time_iso=iso(record.occurred_at),
+        stored_at=record.scored_at,
+        stored_at_iso=iso(record.scored_at),
+        question=record.user_input,
+        answer=record.response,
+        metric=shown.metric if shown is not None else None,
+        score=shown.score if shown is not None else None,
+        status=shown.status if shown is not None else None,
+        scores=tuple(score_view(r, record.pipeline, thresholds) for r in record.results),
+        path=record_path(record),
+        started_at=record.started_at,
+        started_at_iso=iso(record.started_at),
+        reference=data.get("reference"),
+        provider=data.get("provider"),
+        input_tokens=data.get("input_tokens"),
+        output_tokens=data.get("output_tokens"),
+        streamed=data.get("streamed"),
+        tags=tuple(data.get("tags") or ()),
+        latency={name: data.get(name) for name, _ in LATENCY_FIELDS},
+        contexts=contexts,
+        contexts_stored="retrieved_contexts" in data,
+        claims=placed(found, segments, contexts),
+        answer_segments=segments,
+        metrics=tuple(metric_view(r, record.pipeline, thresholds) for r in record.results),
+        reviews=tuple(review_view(r) for r in reviews),
+        feedback=tuple(feedback_view(f) for f in feedback),
+        feedback_mean=sum(f.value for f in feedback) / len(feedback) if feedback else None,
+        trace_links=trace_links(record, link_templates),
+        session_path=session_path(record.session_id) if record.session_id else None,
     )
-    return view
 
 
-def queue_view(queue: ReviewQueue, limit: int, reason: str | None = None) -> dict[str, Any]:
+def queue_item_view(item: QueueItem) -> QueueItemView:
+    return QueueItemView(
+        trace_id=item.trace_id,
+        record_key=item.record_key,
+        reason=item.reason,
+        metric=item.metric,
+        score=item.score,
+        higher_is_better=item.higher_is_better,
+        threshold=item.threshold,
+        side=item.side,
+        judge=item.judge,
+        service=item.service,
+        pipeline=item.pipeline,
+        question=item.question,
+        feedback=item.feedback,
+        in_sample=item.in_sample,
+        path=f"{EXPLORER_PATH}records/{urllib.parse.quote(item.trace_id, safe='')}",
+    )
+
+
+def queue_view(queue: ReviewQueue, limit: int, reason: Reason | None, sample_rate: float) -> ReviewQueueView:
     """The review queue of one metric: counts by reason and the first ``limit`` pending records (of ``reason``)."""
-    by_reason = {r: 0 for r in REASONS}
+    by_reason: dict[Reason, int] = {r: 0 for r in REASONS}
     for item in queue.pending:
         by_reason[item.reason] += 1
     shown = [i for i in queue.pending if reason is None or i.reason == reason][:limit]
-    return {
-        "metric": queue.metric,
-        "pending": len(queue.pending),
-        "reviewed": queue.reviewed,
-        "by_reason": by_reason,
-        "items": [
-            {**item.to_dict(), "path": f"{EXPLORER_PATH}records/{urllib.parse.quote(item.trace_id, safe='')}"}
-            for item in shown
-        ],
-    }
+    return ReviewQueueView(
+        metric=queue.metric,
+        pending=len(queue.pending),
+        reviewed=queue.reviewed,
+        by_reason=by_reason,
+        items=tuple(queue_item_view(i) for i in shown),
+        reason=reason,
+        sample_rate=sample_rate,
+    )
 
 
-def agreement_view(report: AgreementReport) -> dict[str, Any]:
+def agreement_view(report: AgreementReport, window_days: float) -> AgreementView:
     """The agreement report, rows grouped by (metric, judge) with both populations side by side."""
-    data = report.to_dict()
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in data["agreement"]:
-        group = groups.setdefault((row["metric"], row["judge"]), {"metric": row["metric"], "judge": row["judge"]})
-        group[row["population"]] = row
-    data["computed_at_iso"] = iso(report.computed_at)
-    data["since_iso"] = iso(report.since)
-    data["groups"] = list(groups.values())
-    return data
+    by_pair: dict[tuple[str, str], dict[Population, Agreement]] = {}
+    for row in report.rows:
+        by_pair.setdefault((row.metric, row.judge), {})[row.population] = row
+    return AgreementView(
+        computed_at=report.computed_at,
+        since=report.since,
+        sample_rate=report.sample_rate,
+        labelled=report.labelled,
+        ties=report.ties,
+        unjudged=report.unjudged,
+        agreement=tuple(report.rows),
+        computed_at_iso=iso(report.computed_at),
+        since_iso=iso(report.since),
+        groups=tuple(AgreementGroup(m, j, rows["sample"], rows["all"]) for (m, j), rows in by_pair.items()),
+        window_days=window_days,
+    )

@@ -20,8 +20,9 @@ from typing import Protocol
 from ragtrace_collector.internal.journal import Journal
 from ragtrace_collector.model.record import RagRecord, RecordFacts
 from ragtrace_collector.model.spans import SpanData
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.conventions.completeness import missing_fields
+from ragtrace_collector.processor.pipeline import Pipeline
+from ragtrace_collector.processor.records import record_of, summary_of
 from ragtrace_collector.processor.sampling.sampler import Sampler
 from ragtrace_collector.queue.base import RecordQueue
 
@@ -50,20 +51,20 @@ class CompletenessObserver(Protocol):
 
 
 class Sweeper:
-    """Turns what assembly completed into sampled, queued records."""
+    """Turns what the pipeline completed (assembly, then the joins) into sampled, queued records."""
 
     chunk = 512  # completed traces taken at a time: bounds what a sweep holds beyond assembly's bounds
 
     def __init__(
         self,
-        assembler: Assembler,
+        pipeline: Pipeline,
         sampler: Sampler,
         queue: RecordQueue,
         observer: SweepObserver,
         completeness: CompletenessObserver | None = None,
         journal: Journal | None = None,
     ) -> None:
-        self.assembler = assembler
+        self.pipeline = pipeline
         self.sampler = sampler
         self.queue = queue
         self.observer = observer
@@ -81,7 +82,7 @@ class Sweeper:
         loop = asyncio.get_running_loop()
         built = 0
         while True:
-            completed = self.assembler.completed(limit=None if everything else self.chunk, everything=everything)
+            completed = self.pipeline.completed(limit=None if everything else self.chunk, everything=everything)
             if len(completed) >= self.chunk and not everything:
                 if self.behind_since is None:
                     self.behind_since = loop.time()
@@ -90,13 +91,13 @@ class Sweeper:
             selected: list[RagRecord] = []
             for item in completed:
                 try:
-                    summary = self.assembler.summary(item)
+                    summary = summary_of(item)
                     built += 1
                     self.observer.observe_record(summary)
                     decision = self.sampler.select(summary)
                     if decision.sampled:
                         # texts (query, answer, contexts) are read only for the records that get scored
-                        record = self.assembler.build(item, decision.weight)
+                        record = record_of(item, decision.weight)
                         selected.append(record)
                         self._diagnose(record, item.spans)
                 except Exception:
@@ -138,22 +139,22 @@ class Sweeper:
         if not self.queue.writable:
             return
         try:
-            self.assembler.settle()
+            self.pipeline.settle()
         except Exception:  # a claim left behind costs a duplicate record after the lease, never a lost one
             log.exception("could not settle the traces swept")
 
     def _truncate_journal(self) -> None:
         """Let the journal delete what every trace since queued: nothing of this sweep is in hand any more (its
-        puts returned), so what was appended before the oldest trace still in assembly is safe on the queue. Not
+        puts returned), so what was appended before the oldest trace still in the pipeline is safe on the queue. Not
         while the queue holds records in memory (a full disk): the journal is then their only durable copy."""
         if self.journal is None:
             return
         self.journal.probe()  # while it refuses writes, whether the disk has room again
         if not self.queue.writable:
             return
-        oldest = self.assembler.oldest_first_seen()
+        oldest = self.pipeline.oldest_first_seen()
         try:
-            self.journal.truncate(self.assembler.clock() if oldest is None else oldest)
+            self.journal.truncate(self.pipeline.clock() if oldest is None else oldest)
         except OSError:
             log.exception("could not truncate the assembly journal")
 

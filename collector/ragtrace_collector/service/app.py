@@ -31,7 +31,7 @@ from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware,
 from ragtrace_collector.internal.journal import Journal
 from ragtrace_collector.internal.urls import mask_credentials
 from ragtrace_collector.model.spans import DecodedRequest
-from ragtrace_collector.processor.assembly.assembler import Assembler, pairing_from_config, state_from_config
+from ragtrace_collector.processor.pipeline import Pipeline, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
 from ragtrace_collector.processor.sampling.sampler import Sampler, budget_from_config
 from ragtrace_collector.processor.sweep import Sweeper
@@ -66,7 +66,7 @@ class CollectorApp:
         self.guard = CredentialGuard(config.auth, self.registry)
         self.queue = queue  # opened from config in start() unless given
         self._own_queue = queue is None
-        self.assembler: Assembler | None = None
+        self.assembler: Pipeline | None = None
         self.sampler: Sampler | None = None
         self.sweeper: Sweeper | None = None
         self.ingestor: Ingestor | None = None
@@ -177,7 +177,7 @@ class CollectorApp:
             state, pairing = state_from_config(cfg.assembly), pairing_from_config(cfg.assembly)
             await parts.start("assembly state", Closing(state.close))
             await parts.start("pairing state", Closing(pairing.close))
-            self.assembler = Assembler(state, observer=self.metrics, pairing=pairing)
+            self.assembler = Pipeline(state, observer=self.metrics, pairing=pairing)
             assert self.budget is not None
             self.sampler = Sampler(cfg.sampling, self.budget, observer=self.metrics)
             journal = self._open_journal()

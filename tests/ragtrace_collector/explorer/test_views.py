@@ -33,7 +33,7 @@ def page(tmp_path: Path, results: list, judge: str = "local") -> tuple[dict, str
     try:
         view = explorer._detail(RECORD.trace_id or "")
         assert view is not None
-        return view, explorer.env.get_template("record.html").render(r=view)
+        return view.to_json(), explorer.env.get_template("record.html").render(r=view)
     finally:
         explorer.shutdown()
 

@@ -1,11 +1,13 @@
-"""Assembly policy: grouping across batches, root + grace, max wait, late spans, bounds and eviction."""
+"""Assembly policy through the pipeline: grouping across batches, root + grace, max wait, late spans, bounds and
+eviction."""
 
 from __future__ import annotations
 
 from ragtrace_collector.model.spans import DecodedRequest, SpanData
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.assembly.state import REASON_EVICTED, REASON_MAX_WAIT, REASON_ROOT, REASON_SHUTDOWN
+from ragtrace_collector.processor.pipeline import Pipeline
+from ragtrace_collector.processor.records import record_of
 from ragtrace_collector.receiver.decode import extract_spans
 from tests.support import span_fixtures as F
 from tests.support.assembly import ManualClock, RecordingObserver
@@ -26,7 +28,7 @@ def batch(*spans: SpanData) -> DecodedRequest:
 def make(**kw):
     clock, obs = ManualClock(), RecordingObserver()
     state = InMemoryAssemblyState(**{"grace_seconds": 2.0, "max_wait_seconds": 60.0, **kw})
-    return Assembler(state, observer=obs, clock=clock), clock, obs
+    return Pipeline(state, observer=obs, clock=clock), clock, obs
 
 
 def test_spans_of_one_trace_across_requests_make_one_record():
@@ -74,7 +76,7 @@ def test_trace_without_root_completes_at_max_wait():
     assert [c.reason for c in done] == [REASON_MAX_WAIT]
     records = asm.collect()
     assert records == []
-    record = asm.build(done[0])
+    record = record_of(done[0])
     assert record.metadata["ragtrace.assembly"] == REASON_MAX_WAIT
 
 

@@ -7,10 +7,11 @@ the real capture ``tests/fixtures/peers/oi_langchain_openai``); a clock is passe
 from __future__ import annotations
 
 from ragtrace_collector.model.spans import EVENT_TIME, DecodedRequest, SpanData
-from ragtrace_collector.processor.assembly.assembler import REASON_DUPLICATE_CALL, Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
-from ragtrace_collector.processor.assembly.pairing import InMemoryPairingState
 from ragtrace_collector.processor.assembly.state import REASON_ROOT
+from ragtrace_collector.processor.joins.duplicate_calls import REASON_DUPLICATE_CALL
+from ragtrace_collector.processor.joins.pairing import InMemoryPairingState
+from ragtrace_collector.processor.pipeline import Pipeline
 from tests.support.assembly import ManualClock, RecordingObserver
 
 S = 1_000_000_000  # ns
@@ -61,10 +62,10 @@ def batch(*traces: list[SpanData]) -> DecodedRequest:
     return d
 
 
-def make(window: float = 10.0) -> tuple[Assembler, ManualClock, RecordingObserver]:
+def make(window: float = 10.0) -> tuple[Pipeline, ManualClock, RecordingObserver]:
     clock, obs = ManualClock(), RecordingObserver()
     state = InMemoryAssemblyState(grace_seconds=2.0, max_wait_seconds=60.0)
-    return Assembler(state, observer=obs, clock=clock, pairing=InMemoryPairingState(window)), clock, obs
+    return Pipeline(state, observer=obs, clock=clock, pairing=InMemoryPairingState(window)), clock, obs
 
 
 T1, B1 = "a" * 32, "b" * 32
@@ -140,3 +141,31 @@ def test_a_service_of_bare_calls_only_is_never_held():
     asm.add(batch(bare_call(B1, START)))
     clock.t += 3
     assert [r.trace_id for r in asm.collect()] == [B1] and obs.completed == [REASON_ROOT]
+
+
+class _SettleLog(InMemoryAssemblyState):
+    """The in-process state, keeping what the pipeline settles (the shared state drops its claims there)."""
+
+    def __init__(self) -> None:
+        super().__init__(grace_seconds=2.0, max_wait_seconds=60.0)
+        self.settled: list[str] = []
+
+    def settle(self, trace_ids) -> None:
+        self.settled.extend(trace_ids)
+
+
+def test_a_held_bare_call_is_settled_and_journaled_only_once_it_leaves_the_join():
+    """Held by the join, the bare call is still this process's: its claim is kept, and the journal keeps it."""
+    clock, state = ManualClock(), _SettleLog()
+    asm = Pipeline(state, clock=clock, pairing=InMemoryPairingState(10.0))
+    asm.add(batch(bare_call(B1, START + S // 2 + S // 10), chain_request(T1, START)[1:]))  # the request's root later
+    clock.t += 3
+    assert asm.completed() == []
+    asm.settle()
+    assert B1 not in state.settled and asm.oldest_first_seen() == 1000.0
+    asm.add(batch(chain_request(T1, START)[:1]))
+    clock.t += 3
+    (request,) = asm.completed()
+    asm.settle()
+    assert request.trace_id == T1 and sorted(state.settled) == sorted([B1, T1])
+    assert asm.oldest_first_seen() is None

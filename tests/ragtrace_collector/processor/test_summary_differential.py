@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from ragtrace_collector.model.record import RecordSummary
-from ragtrace_collector.processor.assembly.assembler import Assembler
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.pipeline import Pipeline
+from ragtrace_collector.processor.records import record_of, summary_of
 from ragtrace_collector.receiver.decode import extract_log_events, extract_spans, parse_logs_protobuf, parse_protobuf
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
@@ -24,15 +25,15 @@ SHARED = [f.name for f in dataclasses.fields(RecordSummary) if f.name != "contex
 
 
 def completed_traces(setup: str) -> list:
-    """The setup's traces as assembly completes them, every body decoded in the order it was sent."""
-    assembler = Assembler(InMemoryAssemblyState(grace_seconds=0.0, max_wait_seconds=60.0))
+    """The setup's traces as the pipeline completes them, every body decoded in the order it was sent."""
+    pipeline = Pipeline(InMemoryAssemblyState(grace_seconds=0.0, max_wait_seconds=60.0))
     for path in sorted((FIXTURES / setup).glob("*.binpb"), key=lambda p: p.stem.rpartition("-")[2]):
         body = path.read_bytes()
         if path.name.startswith("logs-"):
-            assembler.add(extract_log_events(parse_logs_protobuf(body)))
+            pipeline.add(extract_log_events(parse_logs_protobuf(body)))
         else:
-            assembler.add(extract_spans(parse_protobuf(body)))
-    return assembler.completed(everything=True)
+            pipeline.add(extract_spans(parse_protobuf(body)))
+    return pipeline.completed(everything=True)
 
 
 def test_every_peer_setup_is_read():
@@ -41,11 +42,10 @@ def test_every_peer_setup_is_read():
 
 @pytest.mark.parametrize("setup", SETUPS)
 def test_summary_equals_the_full_record(setup):
-    assembler = Assembler(InMemoryAssemblyState())
     traces = completed_traces(setup)
     assert traces
     for trace in traces:
-        summary, record = assembler.summary(trace), assembler.build(trace)
+        summary, record = summary_of(trace), record_of(trace)
         assert {n: getattr(summary, n) for n in SHARED} == {n: getattr(record, n) for n in SHARED}, trace.trace_id
         # the summary reads the flattened document scores only (no document text is parsed for it)
         assert summary.context_scores in (record.context_scores, []), (trace.trace_id, summary.context_scores)
@@ -57,11 +57,10 @@ UNREAD_SCORES = {"langfuse_observe", "otel_genai_spans", "tl_decorators", "tl_ll
 
 
 def test_which_setups_scores_the_summary_leaves_unread():
-    assembler = Assembler(InMemoryAssemblyState())
     unread = set()
     for setup in SETUPS:
         for trace in completed_traces(setup):
-            scores = [s for s in assembler.build(trace).context_scores if s is not None]
-            if scores and not assembler.summary(trace).context_scores:
+            scores = [s for s in record_of(trace).context_scores if s is not None]
+            if scores and not summary_of(trace).context_scores:
                 unread.add(setup)
     assert unread == UNREAD_SCORES

@@ -181,7 +181,7 @@ async def test_a_flood_of_logs_never_pushes_a_trace_out():
     after it still makes its record from its spans, its own event (sent before its span, into a full bound) counted
     as dropped: under a flood the bound gives, never the traces."""
     stack = await served(assembly={"max_traces": 20})
-    stack.assembler.max_log_only_traces = 5
+    stack.assembler.assembly.max_log_only_traces = 5
     app = App(stack)
     try:
         before = await asyncio.to_thread(app.chat)
@@ -213,7 +213,8 @@ async def test_a_flood_of_logs_never_pushes_a_trace_out():
     assert records[before].response == ANSWER and records[before].user_input == QUESTION
     assert after in records and records[after].response is None  # its spans are all there; its content was dropped
     assert log_records(stack, "joined") == 1 and log_records(stack, "unmatched") == 5
-    assert stack.assembler._log_only_bytes == 0 and not stack.assembler._log_only  # nothing held once completed
+    assembly = stack.assembler.assembly
+    assert assembly._log_only_bytes == 0 and not assembly._log_only  # nothing held once completed
 
 
 async def test_logs_take_the_trace_paths_auth_and_size_limits():

@@ -4,7 +4,7 @@ LangChain's OpenInference tracer does not make its spans current, so when the Op
 OpenAI client's span of the chain's model call starts a new trace: the request's record plus a bare half-record
 per call, tokens counted twice. The two are the same call when, in the same service, a trace made only of one
 model call (every span a generator, nested in one) was sent exactly the prompt messages of a generator span of
-another, larger trace, and ran within that span's time. Assembly (``assembly/assembler.py``) pairs them: the bare
+another, larger trace, and ran within that span's time. A join (``joins/duplicate_calls.py``) pairs them: the bare
 call's spans join the framework span as its child, so the request's one record reads the wire-level details
 (tokens once, the first-token time, the served model) as for any layered instrumentation.
 """
@@ -28,7 +28,7 @@ SLACK_NS = 100_000_000
 @dataclass(frozen=True)
 class ModelCall:
     """A generator span, by what it was sent: (service, prompt digest), where it is and when it ran (no texts kept:
-    assembly remembers these for a while)."""
+    the pairing state remembers these for a while)."""
 
     service: str | None
     prompt: str  # digest of the prompt messages

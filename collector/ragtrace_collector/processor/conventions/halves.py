@@ -9,7 +9,7 @@ span (``gen_ai.operation.name = retrieval``, the question in ``gen_ai.retrieval.
 The two are halves of one request when, in the same service, a trace that only retrieved (retriever spans, no
 generator, no pipeline span) returned passages that every one appear in the prompt of a trace that only called a
 model (generators and spans of no role, no retriever, no pipeline span), and the call started after the retrieval
-ended, within :data:`MAX_GAP_NS`. Assembly (``assembly/assembler.py``) joins them: the call's spans move into the
+ended, within :data:`MAX_GAP_NS`. A join (``joins/split_requests.py``) joins them: the call's spans move into the
 retrieval's trace, one record. Passages in the prompt is what makes a RAG request (the retrieval fed the call); a
 call whose prompt lacks any of them is left alone, and so is a retrieval no call used.
 """

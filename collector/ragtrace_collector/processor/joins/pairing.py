@@ -1,15 +1,15 @@
-"""What assembly remembers between sweeps to make one record of a request traced as two traces.
+"""What the joins remember between sweeps to make one record of a request traced as two traces.
 
-Two joins happen after traces complete (see ``assembler.py``): a bare model call repeating a framework's call
-(``conventions/duplicates.py``), and a retrieval and the model call it fed traced apart (``conventions/halves.py``).
-Both need memory outliving one sweep: which services write which kinds of traces, the model calls of requests
-that already left, and retrievals waiting for their call. :class:`PairingState` is that memory. When several
-receivers share in-flight traces (``assembly.shared_state``), the two traces of one request may complete in
-different receivers, so :mod:`.redis_pairing` shares this memory too; :class:`InMemoryPairingState` is one
-process's.
+Two joins pair traces after they complete: a bare model call repeating a framework's call
+(``joins/duplicate_calls.py``), and a retrieval and the model call it fed traced apart
+(``joins/split_requests.py``). Both need memory outliving one sweep: which services write which kinds of traces
+(read through ``joins/service_marks.py``), the model calls of requests that already left, and retrievals waiting
+for their call. :class:`PairingState` is that memory. When several receivers share in-flight traces
+(``assembly.shared_state``), the two traces of one request may complete in different receivers, so
+:mod:`.redis_pairing` shares this memory too; :class:`InMemoryPairingState` is one process's.
 
 Bare calls waiting for their request are not here: only the receiver that completed one pairs it (with a request
-completing in the same sweep, or with a remembered call, shared), so they stay in the assembler.
+completing in the same sweep, or with a remembered call, shared), so they stay in the duplicate-calls join.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ class HeldRetrieval:
 
 
 class PairingState(abc.ABC):
-    """Memory for the joins made after assembly, with a hold window of ``window`` seconds.
+    """Memory for the joins that pair traces, with a hold window of ``window`` seconds.
 
     Contract for implementations (one process here; Redis for several receivers):
 
     * ``mark`` notes that ``service`` was seen writing a kind of trace (``MARK_NESTED``, ``MARK_BARE``); it is
       called on the receivers' hot path, so it must not block. ``sync`` shares the marks noted since its last
-      call (the assembler calls it once per sweep). ``marked`` returns the services marked with ``kind`` within
+      call (once per sweep, ``ServiceMarks.sync``). ``marked`` returns the services marked with ``kind`` within
       :data:`SERVICE_MEMORY_SECONDS`, here and by every receiver sharing the state that has synced.
     * ``remember`` keeps framework model calls for at least twice the window. ``take_twin`` returns, and forgets,
       a remembered call of another trace that ``bare`` repeats (same service and prompt digest, enclosing it in
@@ -58,7 +58,7 @@ class PairingState(abc.ABC):
       shared state leaves other receivers' retrievals waiting for them).
     * ``settle``: how long a model call that found no held retrieval keeps looking, in later sweeps, before it
       makes a record alone.
-    * ``now`` is the assembler's clock (``time.monotonic()`` seconds); implementations shared between hosts
+    * ``now`` is the pipeline's clock (``time.monotonic()`` seconds); implementations shared between hosts
       time their entries by their own clock and may ignore it.
     """
 

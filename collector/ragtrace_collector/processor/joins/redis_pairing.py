@@ -1,9 +1,10 @@
 """Pairing memory kept in Redis, so the two traces of one request join even when different receivers complete them.
 
 With ``assembly.shared_state`` whichever receiver's sweep finds a trace due completes it, so a request traced as
-two traces (see ``assembler.py``) usually completes half in one receiver and half in another. Each receiver marks
-the services it receives locally and publishes the marks at its next sweep; framework calls and held retrievals
-live in Redis, and a receiver takes one with an atomic removal, so two receivers never both use it.
+two traces (see ``split_requests.py``, ``duplicate_calls.py``) usually completes half in one receiver and half in
+another. Each receiver marks the services it receives locally and publishes the marks at its next sweep;
+framework calls and held retrievals live in Redis, and a receiver takes one with an atomic removal, so two
+receivers never both use it.
 
 Layout (``prefix`` as the shared in-flight state's)::
 
@@ -29,7 +30,10 @@ import threading
 from typing import cast
 
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, key_prefix
-from ragtrace_collector.processor.assembly.pairing import (
+from ragtrace_collector.processor.assembly.redis_state import decode_spans
+from ragtrace_collector.processor.assembly.state import CompletedTrace
+from ragtrace_collector.processor.conventions import duplicates, halves
+from ragtrace_collector.processor.joins.pairing import (
     MARK_BARE,
     MARK_NESTED,
     MAX_HELD,
@@ -39,9 +43,6 @@ from ragtrace_collector.processor.assembly.pairing import (
     InMemoryPairingState,
     PairingState,
 )
-from ragtrace_collector.processor.assembly.redis_state import decode_spans
-from ragtrace_collector.processor.assembly.state import CompletedTrace
-from ragtrace_collector.processor.conventions import duplicates, halves
 
 _KEEP_CALLS = 256  # framework calls kept per (service, prompt digest)
 _REPUBLISH_SECONDS = 60.0
