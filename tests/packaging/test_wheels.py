@@ -136,6 +136,14 @@ def test_collector_wheel_ships_the_corpus_and_the_rules(wheels):
     assert {"templates/records.html", "templates/record.html", "templates/session.html", "static/explorer.css"} <= (
         explorer
     ), sorted(explorer)
+    # every alert's runbook, served at /runbooks/<alert> (the alerts' runbook_url): real files, not links
+    runbooks = {Path(n).name for n in explorer if n.startswith("runbooks/")}
+    shipped = {p.name for p in (REPO / "docs" / "runbooks").glob("*.md")}
+    assert shipped and runbooks == shipped, sorted(shipped - runbooks)
+    with zipfile.ZipFile(wheels["collector"]) as zf:
+        for name in runbooks:
+            info = zf.getinfo(f"ragtrace_collector/explorer/runbooks/{name}")
+            assert not stat.S_ISLNK(info.external_attr >> 16) and info.file_size > 0, name
 
 
 def test_the_installed_wheel_runs_the_cascade_and_reader_judges_not_their_fallback(wheels, venv, tmp_path):
