@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
+from ragtrace_collector.scoring.capabilities import ClaimExtraction, ClaimVerification
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import ClaimVerdict, Judge
 from ragtrace_collector.scoring.options import ScoringOptions
@@ -41,7 +42,7 @@ RECORD = RagRecord(
 )
 
 
-class ThreeVerdictJudge(Judge):
+class ThreeVerdictJudge(Judge, ClaimExtraction, ClaimVerification):
     """Extracts the answer's three claims and gives each its verdict above (or ``no`` with ``llm_reason``, as
     an LLM judge does for a claim it finds unsupported without saying why, where ``llm_style``)."""
 

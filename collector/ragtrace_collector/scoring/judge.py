@@ -1,14 +1,19 @@
-"""The judge interface: the decisions metrics ask for, implemented by the LLM and embedded judges.
+"""The judge contract: what every judge is, how it fails, how it reports its spending, and the decisions' types.
 
 A metric never talks to a model directly. It asks a :class:`Judge` for *decisions* (the claims
 in an answer, a verdict per claim, the relevance of each chunk...) and does the arithmetic
-itself, so the same arithmetic holds whichever judge answers (see the conformance tests).
+itself, so the same arithmetic holds whichever judge answers (see the conformance tests). Which
+decisions a judge makes is declared, one interface per kind of decision, in
+:mod:`ragtrace_collector.scoring.capabilities`; :class:`Judge` itself is only a name, an identity
+and :meth:`Judge.aclose`.
 
 Contract for implementations:
 
-* Every method is ``async`` and may be called concurrently from many records.
-* A judge that cannot make a decision honestly raises :class:`JudgeUnsupported`; the
-  metric is then *skipped* with that reason, never scored.
+* Every decision is ``async`` and may be called concurrently from many records.
+* A judge that does not declare a decision's interface cannot be asked for it: the metric is
+  *skipped* with a :class:`JudgeUnsupported` reason ("judge 'local' cannot decide safety"). A judge
+  that declares it but cannot decide one input honestly raises :class:`JudgeUnsupported` itself,
+  with the same effect; never a made-up decision.
 * A judge that tried and failed (timeouts, 429 after retries, unparseable replies after the
   repair attempt) raises :class:`JudgeError`. ``retryable=True`` means the failure is the
   judge's availability (the collector keeps the record queued and backs off), ``False`` means
@@ -32,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -242,7 +247,9 @@ def sha256_hex(*parts: str | bytes) -> str:
 
 
 class Judge:
-    """Base class: every decision unsupported until an implementation overrides it.
+    """What every judge is: a name, an identity and resources to release. The decisions it makes are the
+    interfaces of :mod:`ragtrace_collector.scoring.capabilities` it derives from; a bare ``Judge`` makes none
+    (only the metrics that need no judge score with it).
 
     ``name`` is the bounded label used in metrics (``local``, or the litellm model name).
     """
@@ -253,166 +260,6 @@ class Judge:
         """What decides this judge's verdicts (see the module docstring); implementations override it."""
         cls = type(self)
         return JudgeIdentity(model=self.name, hash=sha256_hex(f"{cls.__module__}.{cls.__qualname__}", self.name))
-
-    def _unsupported(self, what: str) -> JudgeUnsupported:
-        return JudgeUnsupported(f"judge '{self.name}' cannot decide {what}")
-
-    # claims and verdicts ---------------------------------------------------------------------
-    async def extract_claims(self, question: str, response: str) -> list[str]:
-        """Break the response into short, self-contained factual claims (pronouns resolved)."""
-        raise self._unsupported("claim extraction")
-
-    async def verify_claims(
-        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
-    ) -> list[ClaimVerdict]:
-        """One verdict per claim: is it supported by the contexts taken together?
-
-        ``question`` is the one the claims answer: a signal for judges that read it (the local
-        judge's model does), passed with every call so a verdict never depends on other records.
-        """
-        raise self._unsupported("claim verification")
-
-    async def verify_claims_per_context(
-        self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
-    ) -> list[list[ClaimVerdict]]:
-        """``result[j][i]``: is claim ``i`` supported by context ``j`` alone? (noise sensitivity)"""
-        return [await self.verify_claims(claims, [ctx], question) for ctx in contexts]
-
-    # relevancy --------------------------------------------------------------------------------
-    async def statement_relevance(self, question: str, response: str) -> list[ClaimVerdict]:
-        """The response's statements, each with whether it addresses the question."""
-        raise self._unsupported("statement relevance")
-
-    async def generate_questions(self, response: str, contexts: Sequence[str], n: int = 3) -> list[GeneratedQuestion]:
-        """``n`` questions the response answers, each flagged non-committal when the answer evades."""
-        raise self._unsupported("question generation")
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit-normalised sentence embeddings, one per text."""
-        raise self._unsupported("embeddings")
-
-    async def chunk_relevance(self, question: str, target: str, contexts: Sequence[str]) -> list[bool]:
-        """One flag per ranked chunk: was it useful in arriving at ``target`` (reference or answer)?"""
-        raise self._unsupported("chunk relevance")
-
-    async def relevant_context_sentences(self, question: str, contexts: Sequence[str]) -> ContextSentences:
-        """Split the contexts into sentences and pick those relevant to the question."""
-        raise self._unsupported("context sentence relevance")
-
-    # reference-based --------------------------------------------------------------------------
-    async def attribute_statements(self, reference: str, contexts: Sequence[str]) -> list[ClaimVerdict]:
-        """The reference's statements, each with whether the contexts support it (context recall)."""
-        raise self._unsupported("statement attribution")
-
-    async def extract_entities(self, text: str) -> list[str]:
-        """Named entities, numbers and dates in ``text``, deduplicated."""
-        raise self._unsupported("entity extraction")
-
-    async def classify_statements(self, question: str, response: str, reference: str) -> StatementClassification:
-        """Answer statements as TP (in reference), FP (not in reference); reference statements missing as FN."""
-        raise self._unsupported("statement classification")
-
-    # conversations, safety, custom criteria ----------------------------------------------------
-    async def extract_intentions(self, turns: Sequence[tuple[str, str]]) -> list[str]:
-        """What the user wanted across the conversation's (role, content) turns."""
-        raise self._unsupported("user intentions")
-
-    async def intentions_satisfied(
-        self, turns: Sequence[tuple[str, str]], intentions: Sequence[str]
-    ) -> list[ClaimVerdict]:
-        """One verdict per intention: did the assistant satisfy it?"""
-        raise self._unsupported("intention satisfaction")
-
-    async def safety_verdict(self, category: str, question: str, response: str, vote: int = 0) -> SafetyVerdict:
-        """One independent critic verdict (``vote`` numbers the independent asks) for a category."""
-        raise self._unsupported("safety")
-
-    async def geval_steps(self, name: str, criteria: str) -> list[str]:
-        """Evaluation steps for the criteria (generated once; callers cache them)."""
-        raise self._unsupported("G-Eval")
-
-    async def geval_score(
-        self,
-        name: str,
-        criteria: str,
-        steps: Sequence[str],
-        fields: dict[str, str],
-        min_score: int = 1,
-        max_score: int = 10,
-    ) -> GEvalScore:
-        """Score the fields against the steps, with score probabilities where available."""
-        raise self._unsupported("G-Eval")
-
-    async def choose(self, instruction: str, options: Sequence[str], fields: dict[str, str]) -> str:
-        """Pick one of ``options`` for a DAG decision node."""
-        raise self._unsupported("DAG decisions")
-
-    # model-based families (issue 15) ---------------------------------------------------------
-    async def nli(self, premise: str, hypotheses: Sequence[str]) -> list[NliVerdict]:
-        """One NLI verdict per hypothesis (in order): does ``premise`` entail it, contradict it, or neither?"""
-        raise self._unsupported("natural language inference (entailment / neutral / contradiction)")
-
-    async def continuation_logprobs(self, prompt: str, continuation: str, model: str | None = None) -> TokenLogprobs:
-        """The token log-probabilities of ``continuation`` right after ``prompt`` (GPTScore), read from a model
-        that scores given text (``echo``); ``model`` overrides the judge's own. A model or provider that
-        returns no prompt log-probabilities is unsupported, never an estimate."""
-        raise self._unsupported("token log-probabilities of a given text")
-
-    async def sample_responses(
-        self, messages: Sequence[tuple[str, str]], n: int, temperature: float, model: str | None = None
-    ) -> list[str]:
-        """``n`` independent completions of the (role, content) ``messages`` at ``temperature`` > 0, from
-        ``model`` (the generator's, for SelfCheckGPT) or the judge's own."""
-        raise self._unsupported("re-sampling a generator")
-
-    async def rubric_grade(
-        self,
-        instruction: str,
-        response: str,
-        criteria: str,
-        descriptions: Sequence[str],
-        reference: str | None = None,
-        model: str | None = None,
-    ) -> RubricGrade:
-        """Prometheus absolute grading: feedback and a 1–5 grade of ``response`` to ``instruction`` on the
-        rubric (``criteria`` and the five score ``descriptions``, 1 to 5), against ``reference`` (a score-5
-        answer) when given; ``model`` is the evaluator model (the judge's own when ``None``)."""
-        raise self._unsupported("rubric grading")
-
-    async def assessment_questions(self, text: str, n: int) -> list[str]:
-        """``n`` closed (yes/no) questions about the key facts of ``text`` (summarization coverage)."""
-        raise self._unsupported("assessment question generation")
-
-    async def answer_questions(self, questions: Sequence[str], text: str) -> list[ClaimVerdict]:
-        """One answer per question (in order) from ``text`` alone: ``yes``, ``no``, or ``idk`` when it does not say."""
-        raise self._unsupported("closed question answering")
-
-    async def extract_instructions(self, prompt: str) -> list[str]:
-        """The instructions a prompt template gives the model (format, tone, length, content rules)."""
-        raise self._unsupported("instruction extraction")
-
-    async def instructions_followed(
-        self, instructions: Sequence[str], question: str, response: str
-    ) -> list[ClaimVerdict]:
-        """One verdict per instruction (in order): does the response follow it?"""
-        raise self._unsupported("instruction following")
-
-    async def extract_opinions(self, text: str) -> list[str]:
-        """The opinions ``text`` expresses (views and judgements, not facts), each as written."""
-        raise self._unsupported("opinion extraction")
-
-    async def judge_opinions(self, kind: Literal["toxicity", "bias"], opinions: Sequence[str]) -> list[ClaimVerdict]:
-        """One verdict per opinion (in order): is it toxic (``kind="toxicity"``) or biased (``"bias"``)?
-        ``yes`` flags it."""
-        raise self._unsupported(f"{kind} verdicts")
-
-    async def infer_task(self, steps: Sequence[tuple[str, str]]) -> TaskOutcome:
-        """The task the user gave and the outcome reached, from the execution's (step kind, content) steps."""
-        raise self._unsupported("task inference")
-
-    async def task_completion(self, task: str, outcome: str) -> TaskVerdict:
-        """How completely ``outcome`` accomplishes ``task`` (0–1)."""
-        raise self._unsupported("task completion")
 
     async def aclose(self) -> None:
         """Release clients and models."""

@@ -30,19 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
-import inspect
 import logging
 import random
 import time
+import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ragtrace_collector.internal.component import AsyncComponent, Lifecycle
 from ragtrace_collector.internal.secrets import Scrubber
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import Leased, RecordQueue, SharedQueue
+from ragtrace_collector.scoring.capabilities import Capability, capabilities_of
 from ragtrace_collector.scoring.judge import Judge, JudgeError, JudgeIdentity, JudgeUnsupported, unavailable_scope
 from ragtrace_collector.scoring.options import ScoringOptions
 from ragtrace_collector.scoring.provenance import with_provenance
@@ -109,9 +111,17 @@ class _Backoff:
 class TimedJudge(Judge):
     """Wraps a judge to report how long each decision took (``ragtrace_judge_latency_seconds``).
 
-    Every async decision method of :class:`Judge` is timed and delegated; anything else (the
-    judge's own attributes) is read from the wrapped judge.
+    It makes the decisions the wrapped judge makes, no more: ``TimedJudge(inner, observer)`` is an instance of
+    a subclass that derives from exactly the decision interfaces ``inner`` declares
+    (:func:`~ragtrace_collector.scoring.capabilities.capabilities_of`), each of their methods timed and
+    delegated. Anything else (the judge's own attributes) is read from the wrapped judge.
     """
+
+    _inner: Judge
+    _observer: ScoringObserver
+
+    def __new__(cls, inner: Judge, observer: ScoringObserver) -> TimedJudge:
+        return super().__new__(_timed_class(capabilities_of(inner)))
 
     def __init__(self, inner: Judge, observer: ScoringObserver) -> None:
         self._inner = inner
@@ -129,7 +139,16 @@ class TimedJudge(Judge):
         await self._inner.aclose()
 
 
-def _timed(method_name: str) -> Callable[..., Awaitable[Any]]:
+@functools.cache
+def _timed_class(interfaces: tuple[type[Capability], ...]) -> type[TimedJudge]:
+    """The :class:`TimedJudge` that declares ``interfaces``, every method of theirs timed (one class per set)."""
+    methods = {name: _timed(name, interface) for interface in interfaces for name in interface.methods()}
+    names = ", ".join(interface.__name__ for interface in interfaces)
+    cls = types.new_class(f"TimedJudge[{names}]", (TimedJudge, *interfaces), exec_body=lambda ns: ns.update(methods))
+    return cast("type[TimedJudge]", cls)
+
+
+def _timed(method_name: str, interface: type[Capability]) -> Callable[..., Awaitable[Any]]:
     async def method(self: TimedJudge, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
@@ -143,13 +162,9 @@ def _timed(method_name: str) -> Callable[..., Awaitable[Any]]:
         return result
 
     method.__name__ = method_name
-    method.__doc__ = getattr(Judge, method_name).__doc__
+    method.__qualname__ = f"TimedJudge.{method_name}"
+    method.__doc__ = getattr(interface, method_name).__doc__
     return method
-
-
-for _name, _fn in inspect.getmembers(Judge, inspect.iscoroutinefunction):
-    if not _name.startswith("_") and _name != "aclose":
-        setattr(TimedJudge, _name, _timed(_name))
 
 
 class ScoringWorker(AsyncComponent):

@@ -10,6 +10,18 @@ from collections.abc import Sequence
 import pytest
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import (
+    ChunkRelevance,
+    ClaimExtraction,
+    ClaimVerification,
+    ContextSentenceRelevance,
+    Embedding,
+    EntityExtraction,
+    QuestionGeneration,
+    ReferenceClassification,
+    StatementAttribution,
+    StatementRelevance,
+)
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
@@ -47,7 +59,19 @@ def _vector_with_cosine(c: float, axis: int, dims: int = 8) -> list[float]:
     return v
 
 
-class ExampleJudge(Judge):
+class ExampleJudge(
+    Judge,
+    ClaimExtraction,
+    ClaimVerification,
+    ChunkRelevance,
+    StatementRelevance,
+    QuestionGeneration,
+    Embedding,
+    ContextSentenceRelevance,
+    StatementAttribution,
+    EntityExtraction,
+    ReferenceClassification,
+):
     """Answers each decision with what the example's ``judge`` block says."""
 
     name = "example"

@@ -8,6 +8,18 @@ from collections.abc import Sequence
 import pytest
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import (
+    Choice,
+    ChunkRelevance,
+    ClaimExtraction,
+    ClaimVerification,
+    ClosedQuestions,
+    Embedding,
+    GEvalScoring,
+    IntentionSatisfaction,
+    QuestionGeneration,
+    SafetyCritique,
+)
 from ragtrace_collector.scoring.engine import evaluate_record, unknown_metrics
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
@@ -66,7 +78,7 @@ FULL = RagRecord(
 )
 
 
-class CountingJudge(Judge):
+class CountingJudge(Judge, ClaimExtraction, ClaimVerification, ChunkRelevance):
     """A rule-based judge that counts what it is asked."""
 
     name = "counting"
@@ -207,7 +219,7 @@ async def test_summarization_details_say_its_idk_claims_count_as_aligned():
     from ragtrace_collector.config import SummarizationConfig
     from ragtrace_collector.exporter.otlp_events import explanation
 
-    class Summarizer(ThreeVerdictJudge):
+    class Summarizer(ThreeVerdictJudge, ClosedQuestions):
         async def assessment_questions(self, text, n):
             return ["Is there a shut-off?"]
 
@@ -232,7 +244,7 @@ async def test_no_claims_is_skipped_not_perfect():
     assert r.status == "skipped" and "no checkable claims" in r.reason
 
 
-class EmbeddingOnly(Judge):
+class EmbeddingOnly(Judge, Embedding):
     name = "embed-only"
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -252,7 +264,7 @@ async def test_answer_relevancy_falls_back_to_the_variant_the_judge_supports():
 
 
 async def test_answer_relevancy_questions_all_noncommittal_scores_zero():
-    class Evasive(EmbeddingOnly):
+    class Evasive(EmbeddingOnly, QuestionGeneration):
         async def generate_questions(self, response, contexts, n=3):
             return [GeneratedQuestion("What?", noncommittal=True) for _ in range(n)]
 
@@ -282,7 +294,7 @@ async def test_latency_formula_and_measured_totals():
     assert not r.higher_is_better
 
 
-class Critic(Judge):
+class Critic(Judge, SafetyCritique):
     name = "critic"
 
     def __init__(self, unsafe_votes: dict[str, list[bool]]) -> None:
@@ -304,7 +316,7 @@ async def test_safety_is_a_majority_vote_per_category():
     assert r.score == 1.0 and r.label == "safe"
 
 
-class Grader(Judge):
+class Grader(Judge, Choice, GEvalScoring):
     name = "grader"
 
     def __init__(self, choices: dict[str, str], score: GEvalScore | None = None) -> None:
@@ -420,7 +432,7 @@ async def test_context_precision_weights_rank_and_scores_zero_when_no_chunk_is_u
     assert r.status == "scored" and r.score == 0.0 and r.details["relevant"] == [0, 0, 0]
 
 
-class Listener(Judge):
+class Listener(Judge, IntentionSatisfaction):
     name = "listener"
 
     def __init__(self, satisfied: list[str]) -> None:
@@ -458,7 +470,7 @@ async def test_judge_replies_outside_the_request_are_errors_not_skips():
 
 
 async def test_answer_relevancy_questions_ignores_empty_generations():
-    class Blank(EmbeddingOnly):
+    class Blank(EmbeddingOnly, QuestionGeneration):
         async def generate_questions(self, response, contexts, n=3):
             return [GeneratedQuestion("Where is the Eiffel Tower?"), GeneratedQuestion("  ")]
 
@@ -466,7 +478,7 @@ async def test_answer_relevancy_questions_ignores_empty_generations():
     [r] = await evaluate_record(FULL, ["answer_relevancy"], Blank(), opts)
     assert r.status == "scored" and r.score == pytest.approx(1.0) and len(r.details["questions"]) == 1
 
-    class Nothing(EmbeddingOnly):
+    class Nothing(EmbeddingOnly, QuestionGeneration):
         async def generate_questions(self, response, contexts, n=3):
             return [GeneratedQuestion("")]
 

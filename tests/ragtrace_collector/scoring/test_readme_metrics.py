@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import Embedding
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import Judge
 from ragtrace_collector.scoring.metrics import METRICS
@@ -56,7 +57,7 @@ def test_every_registered_metric_is_in_the_table_once_with_its_direction_and_inp
         judge_need(row["judge"])
 
 
-class EmbeddingsOnly(Judge):
+class EmbeddingsOnly(Judge, Embedding):
     """Decides nothing but embeddings (hashed bags of words)."""
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -1,11 +1,12 @@
 """The metric contract and the per-record context that lets metrics share judge decisions.
 
-A :class:`Metric` turns judge *decisions* into a number. ``score(record, judge, ctx)`` never
-raises: missing inputs and decisions the judge cannot make give a *skipped* result with the
-reason, judge failures give an *error* result (``retryable`` carried from :class:`JudgeError`;
-a reply that does not fit the request, such as a wrong count of verdicts or a choice not offered,
-is a non-retryable judge error), and a score that would leave the stated range or be NaN is an
-error, never published.
+A :class:`Metric` turns judge *decisions* into a number. It declares the decision interfaces it may
+ask for (``needs``, from :mod:`ragtrace_collector.scoring.capabilities`) and asks the judge through
+``ctx.need(Interface)``. ``score(record, judge, ctx)`` never raises: missing inputs and decisions the
+judge cannot make give a *skipped* result with the reason, judge failures give an *error* result
+(``retryable`` carried from :class:`JudgeError`; a reply that does not fit the request, such as a
+wrong count of verdicts or a choice not offered, is a non-retryable judge error), and a score that
+would leave the stated range or be NaN is an error, never published.
 
 :class:`ScoringContext` is the per-record decision cache: the first metric that needs a decision
 (the answer's claims, their verdicts, the chunk relevance flags...) starts it, every other metric of
@@ -16,17 +17,32 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import Claim, MetricResult
+from ragtrace_collector.scoring.capabilities import (
+    Capability,
+    ChunkRelevance,
+    ClaimExtraction,
+    ClaimVerification,
+    Embedding,
+    Interface,
+)
 from ragtrace_collector.scoring.judge import ClaimVerdict, Judge, JudgeError, JudgeUnsupported, usage_scope
 from ragtrace_collector.scoring.options import ScoringOptions
+
+C = TypeVar("C", bound=Capability)
+
+# The metric whose ``compute`` runs in this context (its shared decisions' tasks inherit it): what
+# :meth:`ScoringContext.need` holds its declared ``needs`` against.
+_scoring: contextvars.ContextVar[Metric | None] = contextvars.ContextVar("ragtrace_scoring_metric", default=None)
 
 
 class MetricSkipped(Exception):
@@ -67,6 +83,14 @@ class ScoringContext:
         self._memo: dict[Any, asyncio.Task[Any]] = {}
         self.shared_hits: dict[str, int] = {}
 
+    def need(self, capability: Interface[C]) -> C:
+        """The judge as ``capability``, or :class:`JudgeUnsupported` ("judge 'x' cannot decide ...") when it does
+        not declare it. Asked from a metric's ``compute``, the capability must be one of the metric's ``needs``."""
+        metric = _scoring.get()
+        if metric is not None and capability not in metric.needs:
+            raise TypeError(f"metric {metric.name!r} asks for {capability!r} without declaring it in its needs")
+        return capability.of(self.judge)
+
     async def memo(self, key: Any, factory: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``factory`` once per record for ``key``; concurrent callers await the same task.
 
@@ -100,29 +124,31 @@ class ScoringContext:
         """The response's claims: extracted once per record, shared by faithfulness,
         hallucination and noise sensitivity."""
         r = self.record
-        claims = await self.memo(("claims",), lambda: self.judge.extract_claims(r.user_input or "", r.response or ""))
+        judge = self.need(ClaimExtraction)
+        claims = await self.memo(("claims",), lambda: judge.extract_claims(r.user_input or "", r.response or ""))
         return [c for c in claims if c and c.strip()]
 
     async def claim_verdicts(self) -> list[ClaimVerdict]:
         """A verdict for every claim against all contexts, in one judge call."""
         claims = await self.claims()
+        judge = self.need(ClaimVerification)
         verdicts = await self.memo(
-            ("claim_verdicts",), lambda: self.judge.verify_claims(claims, self.contexts, self.question)
+            ("claim_verdicts",), lambda: judge.verify_claims(claims, self.contexts, self.question)
         )
         return _aligned(verdicts, len(claims), "claim verdicts")
 
     async def claims_vs_reference(self) -> list[ClaimVerdict]:
         claims = await self.claims()
         ref = self.record.reference or ""
-        verdicts = await self.memo(
-            ("claims_vs_reference",), lambda: self.judge.verify_claims(claims, [ref], self.question)
-        )
+        judge = self.need(ClaimVerification)
+        verdicts = await self.memo(("claims_vs_reference",), lambda: judge.verify_claims(claims, [ref], self.question))
         return _aligned(verdicts, len(claims), "claim verdicts against the reference")
 
     async def claims_per_context(self) -> list[list[ClaimVerdict]]:
         claims = await self.claims()
+        judge = self.need(ClaimVerification)
         matrix = await self.memo(
-            ("claims_per_context",), lambda: self.judge.verify_claims_per_context(claims, self.contexts, self.question)
+            ("claims_per_context",), lambda: judge.verify_claims_per_context(claims, self.contexts, self.question)
         )
         if len(matrix) != len(self.contexts):
             raise JudgeError(f"judge returned {len(matrix)} rows for {len(self.contexts)} contexts")
@@ -131,9 +157,8 @@ class ScoringContext:
     async def chunk_relevance(self, target: str) -> list[bool]:
         """Relevance flags of the ranked chunks towards ``target``, one call for all chunks."""
         q = self.record.user_input or ""
-        flags = await self.memo(
-            ("chunk_relevance", target), lambda: self.judge.chunk_relevance(q, target, self.contexts)
-        )
+        judge = self.need(ChunkRelevance)
+        flags = await self.memo(("chunk_relevance", target), lambda: judge.chunk_relevance(q, target, self.contexts))
         if len(flags) != len(self.contexts):
             raise JudgeError(f"judge returned {len(flags)} relevance flags for {len(self.contexts)} chunks")
         return [bool(f) for f in flags]
@@ -141,7 +166,8 @@ class ScoringContext:
     async def embeddings(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-normalised embeddings (cached per record by the exact texts)."""
         key = ("embed", tuple(texts))
-        vectors = await self.memo(key, lambda: self.judge.embed(list(texts)))
+        judge = self.need(Embedding)
+        vectors = await self.memo(key, lambda: judge.embed(list(texts)))
         arr = np.asarray(vectors, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[0] != len(texts):
             raise JudgeError(f"judge returned embeddings of shape {arr.shape} for {len(texts)} texts")
@@ -184,8 +210,10 @@ class Metric(abc.ABC):
     """A named score over a record.
 
     Subclasses set ``name``, ``higher_is_better``, ``requires`` (record inputs, see ``_INPUTS``),
-    ``score_range`` and implement ``compute(ctx) -> Outcome`` (raising :class:`MetricSkipped`
-    when the record cannot be scored). ``requires_any`` lists alternatives of which one suffices.
+    ``needs`` (the decision interfaces ``compute`` may ask the judge for through ``ctx.need``; which it asks
+    can depend on the options and the record), ``score_range`` and implement ``compute(ctx) -> Outcome``
+    (raising :class:`MetricSkipped` when the record cannot be scored). ``requires_any`` lists alternatives of
+    which one suffices.
     ``version`` is part of every score's provenance: raise it whenever the arithmetic or what the metric asks the
     judge changes, so scores before and after are told apart (and ``rescore`` keeps both).
     """
@@ -195,6 +223,7 @@ class Metric(abc.ABC):
     higher_is_better: bool = True
     requires: tuple[str, ...] = ()
     requires_any: tuple[tuple[str, ...], ...] = ()
+    needs: tuple[type[Capability], ...] = ()
     score_range: tuple[float, float] = (0.0, 1.0)
 
     def missing_inputs(self, record: RagRecord) -> list[str]:
@@ -219,6 +248,7 @@ class Metric(abc.ABC):
         if missing:
             return MetricResult(status="skipped", reason=f"missing input: {', '.join(missing)}", **base)
         with usage_scope() as usage:
+            scoring = _scoring.set(self)
             try:
                 outcome = await self.compute(ctx)
             except MetricSkipped as exc:
@@ -233,6 +263,8 @@ class Metric(abc.ABC):
                 raise
             except Exception as exc:  # a bug or a malformed decision: an error result, never a score
                 return MetricResult(status="error", reason=f"{type(exc).__name__}: {exc}", usage=usage, **base)
+            finally:
+                _scoring.reset(scoring)
         lo, hi = self.score_range
         value = float(outcome.score)
         if not math.isfinite(value) or value < lo - 1e-9 or value > hi + 1e-9:

@@ -6,6 +6,12 @@ import re
 import unicodedata
 
 from ragtrace_collector.model.result import ChunkUsefulness
+from ragtrace_collector.scoring.capabilities import (
+    ChunkRelevance,
+    ContextSentenceRelevance,
+    EntityExtraction,
+    StatementAttribution,
+)
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
@@ -32,6 +38,7 @@ class ContextPrecision(Metric):
     name = "context_precision"
     requires = ("user_input", "retrieved_contexts")
     requires_any = (("reference", "response"),)
+    needs = (ChunkRelevance,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         r = ctx.record
@@ -48,11 +55,13 @@ class ContextRelevancy(Metric):
 
     name = "context_relevancy"
     requires = ("user_input", "retrieved_contexts")
+    needs = (ContextSentenceRelevance,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
+        judge = ctx.need(ContextSentenceRelevance)
         result = await ctx.memo(
             ("context_sentences",),
-            lambda: ctx.judge.relevant_context_sentences(ctx.record.user_input or "", ctx.contexts),
+            lambda: judge.relevant_context_sentences(ctx.record.user_input or "", ctx.contexts),
         )
         if result.total <= 0:
             raise MetricSkipped("the contexts contain no sentences")
@@ -71,10 +80,12 @@ class ContextRecall(Metric):
 
     name = "context_recall"
     requires = ("reference", "retrieved_contexts")
+    needs = (StatementAttribution,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
+        judge = ctx.need(StatementAttribution)
         verdicts = await ctx.memo(
-            ("attribute_statements",), lambda: ctx.judge.attribute_statements(ctx.record.reference or "", ctx.contexts)
+            ("attribute_statements",), lambda: judge.attribute_statements(ctx.record.reference or "", ctx.contexts)
         )
         if not verdicts:
             raise MetricSkipped("the reference contains no statements")
@@ -98,13 +109,15 @@ class ContextEntityRecall(Metric):
 
     name = "context_entity_recall"
     requires = ("reference", "retrieved_contexts")
+    needs = (EntityExtraction,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
+        judge = ctx.need(EntityExtraction)
         ref_entities = await ctx.memo(
-            ("entities", "reference"), lambda: ctx.judge.extract_entities(ctx.record.reference or "")
+            ("entities", "reference"), lambda: judge.extract_entities(ctx.record.reference or "")
         )
         joined = "\n\n".join(ctx.contexts)
-        ctx_entities = await ctx.memo(("entities", "contexts"), lambda: ctx.judge.extract_entities(joined))
+        ctx_entities = await ctx.memo(("entities", "contexts"), lambda: judge.extract_entities(joined))
         ref = {normalise_entity(e): e for e in ref_entities if normalise_entity(e)}
         if not ref:
             raise MetricSkipped("the reference contains no entities")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import IntentionSatisfaction
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
@@ -23,14 +24,16 @@ class Completeness(Metric):
 
     name = "completeness"
     requires = ("turns",)
+    needs = (IntentionSatisfaction,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         turns = conversation_turns(ctx)
-        intentions = await ctx.memo(("intentions",), lambda: ctx.judge.extract_intentions(turns))
+        judge = ctx.need(IntentionSatisfaction)
+        intentions = await ctx.memo(("intentions",), lambda: judge.extract_intentions(turns))
         intentions = [i for i in intentions if i and i.strip()]
         if not intentions:
             raise MetricSkipped("no user intentions found in the conversation")
-        verdicts = await ctx.judge.intentions_satisfied(turns, intentions)
+        verdicts = await judge.intentions_satisfied(turns, intentions)
         if len(verdicts) != len(intentions):
             raise JudgeError(f"judge returned {len(verdicts)} verdicts for {len(intentions)} intentions")
         satisfied = sum(v.verdict == "yes" for v in verdicts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import Embedding, ReferenceClassification
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, clip01, cosine
 
 
@@ -16,6 +17,7 @@ class AnswerSimilarity(Metric):
 
     name = "answer_similarity"
     requires = ("response", "reference")
+    needs = (Embedding,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         return Outcome(await semantic_similarity(ctx))
@@ -32,12 +34,14 @@ class AnswerCorrectness(Metric):
 
     name = "answer_correctness"
     requires = ("user_input", "response", "reference")
+    needs = (ReferenceClassification, Embedding)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         r = ctx.record
+        judge = ctx.need(ReferenceClassification)
         cls = await ctx.memo(
             ("classify_statements",),
-            lambda: ctx.judge.classify_statements(r.user_input or "", r.response or "", r.reference or ""),
+            lambda: judge.classify_statements(r.user_input or "", r.response or "", r.reference or ""),
         )
         tp, fp, fn = len(cls.tp), len(cls.fp), len(cls.fn)
         if tp + fp + fn == 0:

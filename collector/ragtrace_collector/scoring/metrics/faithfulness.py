@@ -7,6 +7,7 @@ so asking for both costs what asking for one does.
 from __future__ import annotations
 
 from ragtrace_collector.model.result import claim_kind
+from ragtrace_collector.scoring.capabilities import ClaimExtraction, ClaimVerification
 from ragtrace_collector.scoring.judge import ClaimVerdict
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, verdict_detail
 
@@ -43,6 +44,7 @@ class Faithfulness(Metric):
 
     name = "faithfulness"
     requires = ("user_input", "response", "retrieved_contexts")
+    needs = (ClaimExtraction, ClaimVerification)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         claims, verdicts = await _claims_and_verdicts(ctx)
@@ -73,6 +75,7 @@ class Hallucination(Metric):
     name = "hallucination"
     higher_is_better = False
     requires = ("user_input", "response", "retrieved_contexts")
+    needs = (ClaimExtraction, ClaimVerification)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         claims, verdicts = await _claims_and_verdicts(ctx)

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import Choice, GEvalScoring
 from ragtrace_collector.scoring.judge import GEvalScore, JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
 
@@ -57,7 +58,7 @@ async def evaluation_steps(ctx: ScoringContext, name: str, criteria: str) -> lis
     lock = _steps_locks.setdefault(key, asyncio.Lock())
     async with lock:
         if key not in _steps_cache:
-            steps = [s for s in await ctx.judge.geval_steps(name, criteria) if s.strip()]
+            steps = [s for s in await ctx.need(GEvalScoring).geval_steps(name, criteria) if s.strip()]
             if not steps:
                 raise JudgeError("the judge produced no evaluation steps")
             _steps_cache[key] = steps
@@ -74,7 +75,7 @@ async def run_geval(ctx: ScoringContext, spec: dict[str, Any]) -> Outcome:
         raise MetricSkipped("G-Eval needs max_score > min_score")
     fields = record_fields(ctx.record, spec.get("params"))
     steps = list(spec.get("steps") or []) or await evaluation_steps(ctx, name, criteria)
-    g = await ctx.judge.geval_score(name, criteria, steps, fields, min_score=lo, max_score=hi)
+    g = await ctx.need(GEvalScoring).geval_score(name, criteria, steps, fields, min_score=lo, max_score=hi)
     g.min_score, g.max_score = lo, hi
     raw = weighted_score(g)
     if not lo <= raw <= hi:
@@ -103,6 +104,7 @@ class GEval(Metric):
     """
 
     name = "geval"
+    needs = (GEvalScoring,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         if not ctx.options.geval:
@@ -135,6 +137,7 @@ class Helpfulness(Metric):
 
     name = "helpfulness"
     requires = ("user_input", "response")
+    needs = (GEvalScoring,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         return await run_geval(ctx, HELPFULNESS)
@@ -203,6 +206,7 @@ class Dag(Metric):
     """
 
     name = "dag"
+    needs = (Choice, GEvalScoring)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         if not ctx.options.dag:
@@ -213,7 +217,7 @@ class Dag(Metric):
         while "score" not in node and "geval" not in node:
             options = [str(o) for o in node["options"]]
             fields = record_fields(ctx.record, node.get("params"))
-            choice = await ctx.judge.choose(node["instruction"], options, fields)
+            choice = await ctx.need(Choice).choose(node["instruction"], options, fields)
             if choice not in options:
                 raise JudgeError(f"judge chose {choice!r}, not one of {options}")
             path.append({"instruction": node["instruction"], "choice": choice})

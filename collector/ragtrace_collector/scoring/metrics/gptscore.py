@@ -6,6 +6,7 @@ import math
 import string
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import TextLogprobs
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
 
@@ -45,6 +46,7 @@ class GPTScore(Metric):
 
     name = "gptscore"
     requires = ("response",)
+    needs = (TextLogprobs,)
     score_range = (float("-inf"), 0.0)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
@@ -57,7 +59,7 @@ class GPTScore(Metric):
         instruction = fill_instruction(cfg.instruction, ctx.record)
         response = ctx.record.response or ""
         continuation = response if instruction[-1:].isspace() else " " + response
-        lp = await ctx.judge.continuation_logprobs(instruction, continuation, cfg.model)
+        lp = await ctx.need(TextLogprobs).continuation_logprobs(instruction, continuation, cfg.model)
         if not lp.logprobs or len(lp.logprobs) != len(lp.tokens):
             raise JudgeError("the scoring model returned no token log-probabilities for the response")
         total = math.fsum(lp.logprobs)

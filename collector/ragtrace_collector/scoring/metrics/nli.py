@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import ClaimExtraction, NaturalLanguageInference
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, _aligned
 
 
@@ -20,6 +21,7 @@ class Nli(Metric):
 
     name = "nli"
     requires = ("response",)
+    needs = (ClaimExtraction, NaturalLanguageInference)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         which = ctx.options.nli.premise
@@ -29,8 +31,9 @@ class Nli(Metric):
         claims = await ctx.claims()
         if not claims:
             raise MetricSkipped("the response makes no claims to infer")
+        judge = ctx.need(NaturalLanguageInference)
         verdicts = _aligned(
-            await ctx.memo(("nli", which), lambda: ctx.judge.nli(premise, claims)), len(claims), "NLI verdicts"
+            await ctx.memo(("nli", which), lambda: judge.nli(premise, claims)), len(claims), "NLI verdicts"
         )
         counts = {k: sum(v.label == k for v in verdicts) for k in ("entailment", "neutral", "contradiction")}
         n = len(verdicts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import ChunkRelevance, ClaimExtraction, ClaimVerification
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext
 
 
@@ -46,6 +47,7 @@ class NoiseSensitivityRelevant(Metric):
     name = "noise_sensitivity_relevant"
     higher_is_better = False
     requires = ("user_input", "response", "reference", "retrieved_contexts")
+    needs = (ClaimExtraction, ClaimVerification, ChunkRelevance)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         return _outcome(await ctx.memo(("noise",), lambda: _noise(ctx)), "_relevant")
@@ -61,6 +63,7 @@ class NoiseSensitivityIrrelevant(Metric):
     name = "noise_sensitivity_irrelevant"
     higher_is_better = False
     requires = ("user_input", "response", "reference", "retrieved_contexts")
+    needs = (ClaimExtraction, ClaimVerification, ChunkRelevance)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         return _outcome(await ctx.memo(("noise",), lambda: _noise(ctx)), "_irrelevant")

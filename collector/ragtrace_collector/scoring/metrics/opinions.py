@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ragtrace_collector.scoring.capabilities import OpinionJudgement
 from ragtrace_collector.scoring.metrics.base import Metric, Outcome, ScoringContext, _aligned, verdict_detail
 
 
 async def opinions(ctx: ScoringContext) -> list[str]:
     """The response's opinions: extracted once per record, shared by toxicity and bias."""
-    found = await ctx.memo(("opinions",), lambda: ctx.judge.extract_opinions(ctx.record.response or ""))
+    judge = ctx.need(OpinionJudgement)
+    found = await ctx.memo(("opinions",), lambda: judge.extract_opinions(ctx.record.response or ""))
     return [o for o in found if o.strip()]
 
 
@@ -17,12 +19,14 @@ class _OpinionShare(Metric):
     kind: Literal["toxicity", "bias"] = "toxicity"
     higher_is_better = False
     requires = ("response",)
+    needs = (OpinionJudgement,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         ops = await opinions(ctx)
         if not ops:  # no opinion, nothing to flag: 0 by the definition, and said so
             return Outcome(0.0, {"opinions": [], "flagged": 0}, label="no opinions")
-        verdicts = _aligned(await ctx.judge.judge_opinions(self.kind, ops), len(ops), f"{self.kind} verdicts")
+        judge = ctx.need(OpinionJudgement)
+        verdicts = _aligned(await judge.judge_opinions(self.kind, ops), len(ops), f"{self.kind} verdicts")
         flagged = sum(v.verdict == "yes" for v in verdicts)
         return Outcome(
             flagged / len(verdicts),

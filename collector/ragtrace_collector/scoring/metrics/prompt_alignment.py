@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import InstructionExtraction, InstructionFollowing
 from ragtrace_collector.scoring.metrics.base import (
     Metric,
     MetricSkipped,
@@ -23,6 +24,7 @@ class PromptAlignment(Metric):
 
     name = "prompt_alignment"
     requires = ("response",)
+    needs = (InstructionExtraction, InstructionFollowing)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         r = ctx.record
@@ -37,13 +39,16 @@ class PromptAlignment(Metric):
                     "no instructions: set scoring.options.prompt_alignment.instructions, or record the generator's "
                     "prompt with its system message on the trace"
                 )
-            instructions = await ctx.memo(("instructions", template), lambda: ctx.judge.extract_instructions(template))
+            extractor = ctx.need(InstructionExtraction)
+            instructions = await ctx.memo(("instructions", template), lambda: extractor.extract_instructions(template))
             instructions = [i for i in instructions if i.strip()]
             if not instructions:
                 raise MetricSkipped("the recorded system prompt gives no instructions")
             origin = "system_prompt"
         verdicts = _aligned(
-            await ctx.judge.instructions_followed(instructions, r.user_input or "", r.response or ""),
+            await ctx.need(InstructionFollowing).instructions_followed(
+                instructions, r.user_input or "", r.response or ""
+            ),
             len(instructions),
             "instruction verdicts",
         )

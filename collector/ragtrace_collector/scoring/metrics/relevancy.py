@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ragtrace_collector.scoring.capabilities import Embedding, QuestionGeneration, StatementRelevance
 from ragtrace_collector.scoring.judge import JudgeUnsupported
 from ragtrace_collector.scoring.metrics.base import (
     Metric,
@@ -36,6 +37,7 @@ class AnswerRelevancy(Metric):
 
     name = "answer_relevancy"
     requires = ("user_input", "response")
+    needs = (StatementRelevance, QuestionGeneration, Embedding)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         chosen = ctx.options.answer_relevancy_variant
@@ -54,9 +56,9 @@ class AnswerRelevancy(Metric):
         raise JudgeUnsupported("; ".join(reasons))
 
     async def _statements(self, ctx: ScoringContext) -> Outcome:
-        r = ctx.record
+        r, judge = ctx.record, ctx.need(StatementRelevance)
         verdicts = await ctx.memo(
-            ("statement_relevance",), lambda: ctx.judge.statement_relevance(r.user_input or "", r.response or "")
+            ("statement_relevance",), lambda: judge.statement_relevance(r.user_input or "", r.response or "")
         )
         if not verdicts:
             raise MetricSkipped("the response contains no statements")
@@ -64,10 +66,9 @@ class AnswerRelevancy(Metric):
         return Outcome(relevant / len(verdicts), {"statements": [verdict_detail(v) for v in verdicts]})
 
     async def _questions(self, ctx: ScoringContext) -> Outcome:
-        r = ctx.record
-        n = ctx.options.questions_n
+        r, n, judge = ctx.record, ctx.options.questions_n, ctx.need(QuestionGeneration)
         generated = await ctx.memo(
-            ("generate_questions", n), lambda: ctx.judge.generate_questions(r.response or "", ctx.contexts, n)
+            ("generate_questions", n), lambda: judge.generate_questions(r.response or "", ctx.contexts, n)
         )
         generated = [g for g in generated if g.question.strip()]  # an empty question has no meaning to compare
         if not generated:

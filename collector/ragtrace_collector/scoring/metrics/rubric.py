@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragtrace_collector.scoring.capabilities import RubricGrading
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, Outcome, ScoringContext
 
@@ -19,11 +20,12 @@ class Prometheus(Metric):
 
     name = "prometheus"
     requires = ("user_input", "response")
+    needs = (RubricGrading,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         cfg, r = ctx.options.prometheus, ctx.record
         reference = r.reference if cfg.use_reference and (r.reference or "").strip() else None
-        g = await ctx.judge.rubric_grade(
+        g = await ctx.need(RubricGrading).rubric_grade(
             r.user_input or "", r.response or "", cfg.criteria, list(cfg.score_descriptions), reference, cfg.model
         )
         if not 1 <= g.grade <= 5:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 
+from ragtrace_collector.scoring.capabilities import SafetyCritique
 from ragtrace_collector.scoring.metrics.base import Metric, Outcome, ScoringContext
 
 
 async def majority_vote(ctx: ScoringContext, category: str, votes: int) -> dict:
     """Ask the critic up to ``votes`` times; stop as soon as one side has a majority
     (with 3 votes, the third is asked only when the first two disagree)."""
-    r = ctx.record
+    r, critic = ctx.record, ctx.need(SafetyCritique)
     need = votes // 2 + 1
     unsafe = safe = 0
     reasons = []
     for vote in range(votes):
-        v = await ctx.judge.safety_verdict(category, r.user_input or "", r.response or "", vote=vote)
+        v = await critic.safety_verdict(category, r.user_input or "", r.response or "", vote=vote)
         unsafe += v.unsafe
         safe += not v.unsafe
         reasons.append({"vote": vote, "unsafe": v.unsafe, "reason": v.reason})
@@ -35,6 +36,7 @@ class Safety(Metric):
 
     name = "safety"
     requires = ("response",)
+    needs = (SafetyCritique,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         cats = ctx.options.safety_categories

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+from ragtrace_collector.scoring.capabilities import ClaimVerification, NaturalLanguageInference, Sampling
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, MetricSkipped, Outcome, ScoringContext, _aligned
 from ragtrace_collector.scoring.text import split_sentences
@@ -38,6 +39,7 @@ class SelfCheckGPT(Metric):
     name = "selfcheckgpt"
     higher_is_better = False
     requires = ("response",)
+    needs = (Sampling, NaturalLanguageInference, ClaimVerification)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         cfg, r = ctx.options.selfcheckgpt, ctx.record
@@ -57,16 +59,19 @@ class SelfCheckGPT(Metric):
         sentences = await asyncio.to_thread(split_sentences, r.response or "")
         if not sentences:
             raise MetricSkipped("the response has no sentences")
-        samples = await ctx.judge.sample_responses(prompt, cfg.samples, cfg.temperature, model)
+        samples = await ctx.need(Sampling).sample_responses(prompt, cfg.samples, cfg.temperature, model)
         if len(samples) != cfg.samples:
             raise JudgeError(f"got {len(samples)} samples for {cfg.samples} asked")
         if cfg.variant == "nli":
-            rows = await asyncio.gather(*(ctx.judge.nli(sample, sentences) for sample in samples))
+            nli = ctx.need(NaturalLanguageInference)
+            rows = await asyncio.gather(*(nli.nli(sample, sentences) for sample in samples))
             matrix = [
                 [_NLI_INCONSISTENCY[v.label] for v in _aligned(row, len(sentences), "NLI verdicts")] for row in rows
             ]
         else:
-            per_sample = await ctx.judge.verify_claims_per_context(sentences, samples, r.user_input or "")
+            per_sample = await ctx.need(ClaimVerification).verify_claims_per_context(
+                sentences, samples, r.user_input or ""
+            )
             if len(per_sample) != len(samples):
                 raise JudgeError(f"judge returned {len(per_sample)} rows for {len(samples)} samples")
             matrix = [

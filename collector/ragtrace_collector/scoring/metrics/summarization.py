@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ragtrace_collector.scoring.capabilities import ClaimExtraction, ClaimVerification, ClosedQuestions
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import (
     Metric,
@@ -29,6 +30,7 @@ class Summarization(Metric):
 
     name = "summarization"
     requires = ("response",)
+    needs = (ClaimExtraction, ClaimVerification, ClosedQuestions)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         cfg, r = ctx.options.summarization, ctx.record
@@ -45,21 +47,23 @@ class Summarization(Metric):
         async def alignment_verdicts() -> list:
             if cfg.source == "retrieved_contexts":
                 return await ctx.claim_verdicts()
+            judge = ctx.need(ClaimVerification)
             verdicts = await ctx.memo(
-                ("claims_vs_source",), lambda: ctx.judge.verify_claims(claims, [source], ctx.question)
+                ("claims_vs_source",), lambda: judge.verify_claims(claims, [source], ctx.question)
             )
             return _aligned(verdicts, len(claims), "claim verdicts against the source")
 
         async def answers() -> tuple[list[str], list, list]:
+            qag = ctx.need(ClosedQuestions)
             questions = await ctx.memo(
                 ("assessment_questions", cfg.source, cfg.questions),
-                lambda: ctx.judge.assessment_questions(source, cfg.questions),
+                lambda: qag.assessment_questions(source, cfg.questions),
             )
             questions = [q for q in questions if q.strip()]
             if not questions:
                 raise JudgeError("the judge wrote no assessment questions from the source")
             from_source, from_summary = await asyncio.gather(
-                ctx.judge.answer_questions(questions, source), ctx.judge.answer_questions(questions, r.response or "")
+                qag.answer_questions(questions, source), qag.answer_questions(questions, r.response or "")
             )
             return (
                 questions,

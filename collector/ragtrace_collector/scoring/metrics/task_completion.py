@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import TaskAssessment
 from ragtrace_collector.scoring.judge import JudgeError
 from ragtrace_collector.scoring.metrics.base import Metric, Outcome, ScoringContext
 
@@ -47,13 +48,15 @@ class TaskCompletion(Metric):
 
     name = "task_completion"
     requires = ("user_input",)
+    needs = (TaskAssessment,)
 
     async def compute(self, ctx: ScoringContext) -> Outcome:
         steps = execution_steps(ctx.record)
-        inferred = await ctx.judge.infer_task(steps)
+        judge = ctx.need(TaskAssessment)
+        inferred = await judge.infer_task(steps)
         if not inferred.task.strip() or not inferred.outcome.strip():
             raise JudgeError("the judge inferred no task or no outcome")
-        verdict = await ctx.judge.task_completion(inferred.task, inferred.outcome)
+        verdict = await judge.task_completion(inferred.task, inferred.outcome)
         return Outcome(
             float(verdict.score),
             {

@@ -358,7 +358,7 @@ async def test_noise_sensitivity_shares_claims_and_chunk_flags(server):
 
 def test_make_judge_builds_llm_judges_and_drops_unset_options():
     judge = make_judge("gpt-4o-mini", base_url=None, concurrency=2)
-    assert isinstance(judge, LLMJudge) and judge.name == "gpt-4o-mini" and judge.concurrency == 2
+    assert isinstance(judge, LLMJudge) and judge.name == "gpt-4o-mini" and judge.transport.concurrency == 2
     with pytest.raises(ValueError):
         make_judge("")
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.scoring.capabilities import StatementRelevance
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import Judge, JudgeUnsupported
 from ragtrace_collector.scoring.judges.local import LocalJudge
@@ -109,8 +110,9 @@ async def test_unsupported_decisions_skip_their_metrics(judge: LocalJudge) -> No
     results = await evaluate_record(rec, ["safety", "geval", "answer_correctness"], judge)
     for result in results:
         assert result.status == "skipped", (result.metric, result.status, result.reason)
-    with pytest.raises(JudgeUnsupported):
-        await judge.statement_relevance(QUESTION, SUPPORTED)
+    assert not isinstance(judge, StatementRelevance)  # declared, never probed
+    with pytest.raises(JudgeUnsupported, match=r"^judge 'local' cannot decide statement relevance$"):
+        StatementRelevance.of(judge)
 
 
 async def test_relevance_metrics_use_embeddings(judge: LocalJudge) -> None:

@@ -14,6 +14,7 @@ import pytest
 from ragtrace_collector.config import load_config
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.scoring import prompts as P
+from ragtrace_collector.scoring.capabilities import ClaimExtraction, ClaimVerification
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judge import ClaimVerdict, Judge
 from ragtrace_collector.scoring.judges.llm import LLMJudge
@@ -501,7 +502,7 @@ async def test_task_completion_score_above_one_is_repaired_then_an_error(server)
 # --- judges without the capability, configuration ------------------------------------------------------------
 
 
-class ClaimsOnlyJudge(Judge):
+class ClaimsOnlyJudge(Judge, ClaimExtraction, ClaimVerification):
     """A judge that extracts and verifies claims but makes none of the new decisions (like the local judge)."""
 
     name = "claims-only"

@@ -22,9 +22,9 @@ Decisions it makes, and how:
   question-to-sentence threshold calibrated at training time;
 * entities: capitalised spans and numbers (rules).
 
-Everything else (statement relevance, question generation, statement classification, safety,
-G-Eval, DAG, conversation intentions) raises :class:`JudgeUnsupported`, so those metrics are
-skipped with the reason, never faked.
+It declares no other decision interface (statement relevance, question generation, statement
+classification, safety, G-Eval, DAG, conversation intentions...), so those metrics are skipped with
+the reason, never faked.
 
 Usage accounting: each decision the judge works out (claim extraction, a batch of claim
 verdicts, chunk flags, embeddings...) is recorded with ``record_usage`` as one *call* with zero
@@ -72,6 +72,16 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, DEFAULT_LOCAL_JUDGE_WORKERS, LOCAL_JUDGE_MODELS
+from ragtrace_collector.scoring.capabilities import (
+    ChunkRelevance,
+    ClaimExtraction,
+    ClaimVerification,
+    ContextSentenceRelevance,
+    Embedding,
+    EntityExtraction,
+    NaturalLanguageInference,
+    StatementAttribution,
+)
 from ragtrace_collector.scoring.embeddings import sha256_of
 from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
@@ -150,8 +160,18 @@ def _env_workers(default: int) -> int:
         raise ValueError(f"RAGTRACE_LOCAL_JUDGE_WORKERS must be a whole number, not {value!r}") from None
 
 
-class LocalJudge(Judge):
-    """The offline judge: see the module docstring for what it decides and how."""
+class LocalJudge(
+    Judge,
+    ClaimExtraction,
+    ClaimVerification,
+    NaturalLanguageInference,
+    Embedding,
+    ChunkRelevance,
+    ContextSentenceRelevance,
+    StatementAttribution,
+    EntityExtraction,
+):
+    """The offline judge: see the module docstring for what it decides and how (the interfaces it derives from)."""
 
     name = "local"
 
