@@ -156,3 +156,16 @@ def test_the_check_finds_a_name_that_is_not_there() -> None:
         "scoring.judges.nothing.Judge",
     ):
         assert not _check(gone), gone
+
+
+def test_the_stage_table_says_what_the_layering_test_allows() -> None:
+    """The "may import" column is the layering test's ``ALLOWED`` table, word for word as sets."""
+    from tests.ragtrace_collector.test_layering import ALLOWED
+
+    rows = re.findall(r"^\| (\w+) \| `[\w/.]+` \| .* \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)
+    said = {stage: {w.strip() for w in deps.split(",")} - {"—", ""} for stage, deps in rows}
+    assert len(said) >= 12, said
+    for stage, deps in said.items():
+        if any(d.startswith("every stage above") for d in deps):
+            continue  # the composition root and the CLI: their rows say so in words
+        assert deps == ALLOWED[stage], (stage, deps, ALLOWED[stage])
