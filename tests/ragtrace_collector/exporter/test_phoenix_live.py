@@ -440,9 +440,11 @@ def scored_trace(driver, phoenix: PhoenixServer, fed: Fed, shots: Path) -> None:
     wait_shown(driver, DETAILS, "retriever\nsearch\n", "Documents", *(t for d in docs for t in d))
     screenshot(driver, shots / "retriever-documents.png")
 
-    # the LLM: model, the user's message (contexts + question) and the assistant's, its tokens split in and out
+    # the LLM: model, the user's message and the assistant's, its tokens split in and out. The contexts are the
+    # retriever's documents above, sent once: a generator given a prompt and contexts records the prompt as its one
+    # user message (the SDK writes each text once, never a made-up message the model was not shown)
     click_span(driver, "answer")
-    messages = ("user", *(d["content"] for d in CORPUS), "Where is Paris, in Spain?", "assistant", "Paris is in Spain.")
+    messages = ("user", "Where is Paris, in Spain?", "assistant", "Paris is in Spain.")
     wait_shown(driver, DETAILS, "llm\nanswer\n", "demo-model", "Messages", *messages, TOKENS)
     hover_tokens(driver, f"{USAGE['prompt_tokens']} prompt → {USAGE['completion_tokens']} completion")
     screenshot(driver, shots / "llm-messages-tokens.png")
