@@ -7,7 +7,7 @@ Field names follow Ragas where Ragas has one (``user_input``, ``retrieved_contex
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -211,5 +211,15 @@ class RecordSummary:
     error: str | None = None
     start_time_unix_nano: int | None = None
     end_time_unix_nano: int | None = None
-    # scores of the reranked, else retrieved, documents in rank order (the low-score rule), no text read
-    context_scores: list[float | None] = field(default_factory=list)
+    # How to read the scores of the record's contexts, in rank order: called at most once, when the low-score
+    # sampling rule asks (``context_scores``), since some conventions keep a score only inside a document's JSON
+    scores_source: Callable[[], list[float | None]] | None = field(default=None, repr=False, compare=False)
+    _scores: list[float | None] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def context_scores(self) -> list[float | None]:
+        """The contexts' scores, as the full record's ``context_scores`` (read on first use only)."""
+        if self._scores is None:
+            self._scores = self.scores_source() if self.scores_source is not None else []
+            self.scores_source = None  # what it held (the trace's spans) is not kept alive by the summary
+        return self._scores

@@ -13,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from ragtrace_collector.config import AlwaysSampleConfig, SamplingConfig
 from ragtrace_collector.model.record import RecordSummary
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
 from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.processor.records import record_of, summary_of
+from ragtrace_collector.processor.sampling.sampler import LOW_SCORE, Sampler
 from ragtrace_collector.receiver.decode import extract_log_events, extract_spans, parse_logs_protobuf, parse_protobuf
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 SETUPS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and any(p.glob("*.binpb")))
-SHARED = [f.name for f in dataclasses.fields(RecordSummary) if f.name != "context_scores"]
+SHARED = [f.name for f in dataclasses.fields(RecordSummary) if f.name not in ("scores_source", "_scores")]
 
 
 def completed_traces(setup: str) -> list:
@@ -47,20 +49,32 @@ def test_summary_equals_the_full_record(setup):
     for trace in traces:
         summary, record = summary_of(trace), record_of(trace)
         assert {n: getattr(summary, n) for n in SHARED} == {n: getattr(record, n) for n in SHARED}, trace.trace_id
-        # the summary reads the flattened document scores only (no document text is parsed for it)
-        assert summary.context_scores in (record.context_scores, []), (trace.trace_id, summary.context_scores)
+        # the low-score rule sees the scores every convention gives (GenAI, OpenLLMetry and Langfuse keep them in
+        # documents' JSON, which only this read parses), as the full record does
+        assert summary.context_scores == record.context_scores, (trace.trace_id, summary.context_scores)
 
 
-# Setups whose records carry context scores the summary does not read (JSON documents, not flattened ones): the
-# low-score rule cannot select them. Pinned so that a change either way is seen.
-UNREAD_SCORES = {"langfuse_observe", "otel_genai_spans", "tl_decorators", "tl_llamaindex"}
-
-
-def test_which_setups_scores_the_summary_leaves_unread():
-    unread = set()
+def test_the_low_score_rule_selects_every_setup_whose_documents_carry_scores():
+    """Before, four setups (Langfuse, OTel GenAI spans, OpenLLMetry decorators and LlamaIndex) kept their scores
+    where the summary never read them, so ``sampling.always.top_score_below`` could never select their traces."""
+    sampler = Sampler(
+        SamplingConfig(
+            rate=0.0, always=AlwaysSampleConfig(errors=False, with_reference=False, flagged=False, top_score_below=2.0)
+        )
+    )
+    scored_setups = set()
     for setup in SETUPS:
         for trace in completed_traces(setup):
-            scores = [s for s in record_of(trace).context_scores if s is not None]
-            if scores and not summary_of(trace).context_scores:
-                unread.add(setup)
-    assert unread == UNREAD_SCORES
+            if any(s is not None for s in record_of(trace).context_scores):
+                scored_setups.add(setup)
+                assert sampler.select(summary_of(trace)).reason == LOW_SCORE, (setup, trace.trace_id)
+    assert {"langfuse_observe", "otel_genai_spans", "tl_decorators", "tl_llamaindex"} <= scored_setups
+
+
+def test_the_summary_reads_no_document_unless_the_rule_asks():
+    """Every trace gets a summary; only a configured low-score rule reads its contexts' scores."""
+    for setup in SETUPS:
+        for trace in completed_traces(setup):
+            summary = summary_of(trace)
+            Sampler(SamplingConfig(rate=1.0)).select(summary)
+            assert summary._scores is None, setup

@@ -4,9 +4,9 @@ Teaching the collector a new instrumentation convention means adding its attribu
 extractor of the aspect it writes. Where conventions overlap, the earlier one in each extractor wins
 (the ragtrace SDK writes OpenInference and OTel GenAI names itself, so it is read through them).
 
-Only :func:`extract_context_scores`, :func:`extract_generation`, :func:`extract_request_facts`,
-:func:`extract_error` and :func:`extract_timings` run for the text-free summary; the others read texts
-and run for full records only.
+Only :func:`extract_generation`, :func:`extract_request_facts`, :func:`extract_error` and
+:func:`extract_timings` run for every trace's text-free summary, and :func:`extract_context_scores` when the
+low-score sampling rule reads it; the others read texts and run for full records only.
 """
 
 from __future__ import annotations
@@ -272,7 +272,10 @@ def extract_contexts(ts: TraceSpans) -> list[Context]:
 
 
 def extract_context_scores(ts: TraceSpans) -> list[float | None]:
-    """Context scores only (summary): last reranker's, else each retrieval call's (OpenInference ``document.score``)."""
+    """The record's context scores (for the summary's low-score rule): read from the flattened OpenInference
+    ``document.score`` attributes of the last reranker, else of each retrieval call, without touching any text;
+    where a convention keeps scores only inside documents' JSON (GenAI, OpenLLMetry, Langfuse), from the contexts
+    themselves, as the full record reads them."""
     scores: list[float | None] = []
     if ts.rerankers:
         scores = documents.document_scores(ts.rerankers[-1].attrs, A.RERANKER_OUTPUT_DOCUMENTS)
@@ -283,6 +286,8 @@ def extract_context_scores(ts: TraceSpans) -> list[float | None]:
                 if found:
                     scores.extend(found)
                     break
+    if not scores:
+        scores = [c.score for c in extract_contexts(ts)]
     return scores
 
 

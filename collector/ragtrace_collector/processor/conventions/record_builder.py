@@ -37,9 +37,9 @@ def _classified(spans: list[SpanData] | TraceSpans) -> TraceSpans:
 
 
 def build_summary(trace_id: str, spans: list[SpanData] | TraceSpans) -> RecordSummary:
-    """The text-free summary every trace gets (latencies, tokens, model, names, error, reference, sampling flag,
-    context scores): no query, answer, context text or metadata is read (the collector builds the full record
-    only for the sampled traces). Pass the :class:`TraceSpans` already classified to classify once."""
+    """The text-free summary every trace gets (latencies, tokens, model, names, error, reference, sampling flag;
+    context scores only when the low-score rule reads them): no query, answer, context text or metadata is read
+    (the collector builds the full record only for the sampled traces). Pass the :class:`TraceSpans` already classified to classify once."""
     ts = _classified(spans)
     return RecordSummary(
         trace_id,
@@ -47,7 +47,7 @@ def build_summary(trace_id: str, spans: list[SpanData] | TraceSpans) -> RecordSu
         **extract_request_facts(ts),
         **extract_timings(ts),
         error=extract_error(ts),
-        context_scores=extract_context_scores(ts),
+        scores_source=lambda: extract_context_scores(ts),
     )
 
 

@@ -109,10 +109,17 @@ def test_context_scores_prefer_the_reranker_then_the_retrievers():
     assert extract_context_scores(classified(F.ragtrace_shaped())) == [d[2] for d in F.DOCS]
 
 
-def test_context_scores_read_no_text(monkeypatch):
+def test_flattened_context_scores_are_read_without_any_text(monkeypatch):
     monkeypatch.setattr(documents, "retrieved_documents", pytest.fail)
     monkeypatch.setattr(documents, "reranked_documents", pytest.fail)
-    assert extract_context_scores(classified(F.openinference_langchain())) == []  # no scores written
+    assert extract_context_scores(classified(F.ragtrace_shaped())) == [d[2] for d in F.DOCS]
+
+
+def test_context_scores_with_none_written_are_the_contexts_unscored():
+    """No score anywhere: one ``None`` per context, as the full record has (the low-score rule skips them)."""
+    ts = classified(F.openinference_langchain())
+    scores = extract_context_scores(ts)
+    assert scores and all(s is None for s in scores)
 
 
 # --- generation ---
