@@ -45,6 +45,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from collector_ingest import drive, pct, proc_rss_mb, start_collector  # noqa: E402
+from summary import add_json_out, emit  # noqa: E402
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -122,6 +123,12 @@ class GoodClient(threading.Thread):
         while not self.stop.wait(1 / self.rate):
             self.results.append(post(self.url, small_request(), headers=self.headers))
 
+    def ok_share(self) -> float:
+        return sum(1 for s, _ in self.results if s == 200) / (len(self.results) or 1)
+
+    def p99_ms(self) -> float:
+        return pct([t for _, t in self.results], 0.99) * 1000
+
     def summary(self) -> str:
         ok = sum(1 for s, _ in self.results if s == 200)
         n = len(self.results) or 1
@@ -197,6 +204,7 @@ def main() -> int:
     parser.add_argument("--models", type=int, default=30)
     parser.add_argument("--flood-rate", type=float, default=60.0, help="flood batches/s (510 spans each)")
     parser.add_argument("--only-new", action="store_true", help="only the attacks of issue 33 (4-7)")
+    add_json_out(parser)
     args = parser.parse_args()
     if args.only_new:
         return issue_33_attacks(args.seconds)
@@ -209,12 +217,28 @@ def main() -> int:
             print(f"collector pid {proc.pid}, RSS at start {rss_start:.0f} MB\n")
 
             print(f"== 1. slow uploads: {args.slow} connections trickling 1 byte / 2 s for {args.seconds:.0f} s ==")
+            calm = GoodClient(url, rate=10)  # the same client alone first: the anchor for its p99 under attack
+            calm.start()
+            time.sleep(min(5.0, args.seconds))
+            calm.stop.set()
+            calm.join()
+            print("  alone, first: " + calm.summary())
             good = GoodClient(url, rate=10)
             good.start()
             held, ended = slowloris(http, args.slow, args.seconds)
             good.stop.set()
             good.join()
             print("  " + good.summary())
+            emit(
+                args.json_out,
+                "attack",
+                f"good client p99 beside {args.slow} slow uploads",
+                good.p99_ms(),
+                "ms",
+                "the client alone",
+                calm.p99_ms(),
+                note=f"{100 * good.ok_share():.1f}% accepted",
+            )
             print(
                 f"  slow connections: {ended}/{len(held)} ended by the collector (408 or close), the rest by the "
                 f"attacker at {args.seconds:.0f} s; held open median {pct(held, 0.5):.1f} s, max {max(held or [0]):.1f} s\n"
@@ -264,6 +288,17 @@ def main() -> int:
                 f"other {n - st.get(200, 0) - st.get(503, 0)}; p99 {pct(flood['latencies'], 0.99) * 1000:.0f} ms"
             )
             print(f"  RSS: start {rss_start:.0f} MB, peak {max(peak):.0f} MB, 2 s after {proc_rss_mb(proc.pid):.0f} MB")
+            emit(
+                args.json_out,
+                "attack",
+                f"good client p99 beside a {args.flood_rate:.0f} batch/s flood",
+                good.p99_ms(),
+                "ms",
+                "the client alone",
+                calm.p99_ms(),
+                note=f"{100 * good.ok_share():.1f}% accepted",
+            )
+            emit(args.json_out, "attack", "RSS peak under the flood", max(peak), "MB", "RSS at start", rss_start)
         finally:
             proc.terminate()
             try:

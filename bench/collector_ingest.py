@@ -16,6 +16,17 @@ generator; 170 traces = 510 spans per request, like a BatchSpanProcessor export)
 4. The assembly journal's cost (``--journal-cost`` alone runs only this): two collectors, journal on (the
    default) and off, driven in alternating closed-loop rounds with the same bodies; spans per collector
    CPU-second each, and the journal's share of ingest CPU (target <= 15%).
+5. Against Arize Phoenix (``--against-phoenix`` alone runs only this; Phoenix from ``.phoenix-venv``, built by
+   ``scripts/phoenix/build.sh``, served on loopback from a temporary working directory): bodies made by the
+   ragtrace SDK itself (``--bodies sdk``, fresh trace and span ids every POST) sent in rounds that alternate
+   between ragtrace-collector (receiver, at ``--sampling-rate`` and at 1.0, every trace's record queued) and
+   Phoenix, a fixed number of requests per round each (``--requests``, ``--phoenix-requests``: Phoenix stores
+   two orders of magnitude fewer spans per second, and refuses past 20,000 queued). For each: spans per second
+   and per CPU-second of the server's process tree while accepting (first request to last 200), and all-in,
+   until stored (ragtrace: every trace summarised and every sampled record committed to its queue; Phoenix:
+   its GraphQL span count), each against upb decoding the same bodies in this process, in the same run.
+
+``--json-out FILE`` appends the figures and their anchors for ``bench/summary.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +48,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from summary import add_json_out, emit  # noqa: E402
 
 TRACES_PER_REQUEST = 170
 DOC_BYTES = 1000
@@ -157,29 +171,110 @@ def template_request(traces: int = TRACES_PER_REQUEST):
     return req, trace_ids
 
 
-class BodyFactory:
-    """Serialises the template once; each body gets fresh random trace ids patched in place (cheap)."""
+def sdk_request(traces: int = TRACES_PER_REQUEST):
+    """An ExportTraceServiceRequest made by the ragtrace SDK itself: ``traces`` requests of a pipeline calling a
+    retriever (5 documents of ~1 KB) and a generator (OpenAI-shaped reply with usage), exported by the SDK's own
+    BatchSpanProcessor to an in-memory exporter and encoded by the OTLP exporter's encoder, as the SDK sends them."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    def __init__(self) -> None:
-        req, trace_ids = template_request()
-        self.spans = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+    import ragtrace
+
+    rng = random.Random(1)
+    words = [
+        "warranty",
+        "covers",
+        "defects",
+        "parts",
+        "labour",
+        "returns",
+        "within",
+        "days",
+        "purchase",
+        "receipt",
+        "store",
+        "online",
+    ]
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n // 6))[:n]
+
+    kept = InMemorySpanExporter()
+    handle = ragtrace.init(service_name="bench-bot", exporter=kept, set_global=False, max_queue_size=100_000)
+
+    @ragtrace.retriever(name="search")
+    def search(query: str, t: int) -> list[dict]:
+        return [
+            {
+                "id": f"doc-{t}-{i}",
+                "content": text(DOC_BYTES),
+                "score": 0.9 - i * 0.1,
+                "metadata": {"source": f"kb/{i}.md"},
+            }
+            for i in range(5)
+        ]
+
+    @ragtrace.generator(name="answer", model="gpt-4o-mini", provider="openai")
+    def answer(question: str, contexts: list[str]) -> dict:
+        message = {"role": "assistant", "content": text(300)}
+        usage = {"prompt_tokens": 1450, "completion_tokens": 64}
+        return {"model": "gpt-4o-mini", "choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}
+
+    @ragtrace.pipeline(name="support")
+    def support(question: str, t: int) -> str:
+        ragtrace.annotate(session_id=f"s-{t % 50}", user_id=f"u-{t % 200}")
+        docs = search(question, t)
+        return answer(question, [d["content"] for d in docs])["choices"][0]["message"]["content"]
+
+    for t in range(traces):
+        support(f"What does the warranty cover for product {t}?", t)
+    handle.force_flush(30)
+    spans = kept.get_finished_spans()
+    handle.shutdown()
+    return encode_spans(spans)
+
+
+class BodyFactory:
+    """Serialises a request once; each body gets fresh random trace and span ids patched in place (cheap), so every
+    POST is new traces to the server (Phoenix keeps one row per span id and drops repeats). ``source``: ``template``
+    (the hand-built ragtrace-shaped spans of :func:`template_request`) or ``sdk`` (:func:`sdk_request`)."""
+
+    def __init__(self, source: str = "template", drop_roots: bool = False) -> None:
+        req = sdk_request() if source == "sdk" else template_request()[0]
+        if drop_roots:  # traces whose root never comes: they stay in assembly (bench/scale_out.py's RSS section)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    kept = [span for span in ss.spans if span.parent_span_id]
+                    del ss.spans[:]
+                    ss.spans.extend(kept)
+        spans = [span for rs in req.resource_spans for ss in rs.scope_spans for span in ss.spans]
+        self.spans = len(spans)
+        self.traces = len({span.trace_id for span in spans})
         self.template = req.SerializeToString()
-        self.offsets: list[list[int]] = []
-        for tid in trace_ids:
-            offs, pos = [], self.template.find(tid)
+        ids = {span.trace_id for span in spans} | {span.span_id for span in spans}
+        ids |= {span.parent_span_id for span in spans if span.parent_span_id}
+        self.patches: list[tuple[int, list[int]]] = []  # (id length, offsets of that id in the template)
+        seen: set[int] = set()
+        for value in sorted(ids):
+            offs, pos = [], self.template.find(value)
             while pos >= 0:
                 offs.append(pos)
-                pos = self.template.find(tid, pos + 1)
-            assert len(offs) == 3, "each trace id appears once per span"
-            self.offsets.append(offs)
+                pos = self.template.find(value, pos + 1)
+            assert offs, "every id is on the wire"
+            assert not seen.intersection(offs), "ids do not overlap"
+            seen.update(offs)
+            self.patches.append((len(value), offs))
+        self.id_bytes = sum(n for n, _ in self.patches)
 
     def body(self) -> bytes:
         out = bytearray(self.template)
-        fresh = os.urandom(16 * len(self.offsets))
-        for i, offs in enumerate(self.offsets):
-            tid = fresh[16 * i : 16 * i + 16]
+        fresh = os.urandom(self.id_bytes)
+        at = 0
+        for n, offs in self.patches:
+            new = fresh[at : at + n]
+            at += n
             for off in offs:
-                out[off : off + 16] = tid
+                out[off : off + n] = new
         return bytes(out)
 
 
@@ -188,6 +283,42 @@ def proc_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and every process descended from it (from /proc: Phoenix's workers, if it starts any)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, with those of descendants already exited and reaped."""
+    total = 0.0
+    for pid in tree_pids(root):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def tree_rss_mb(root: int) -> float:
+    return sum(proc_rss_mb(pid) for pid in tree_pids(root) if os.path.exists(f"/proc/{pid}"))
 
 
 def proc_rss_mb(pid: int) -> float:
@@ -274,35 +405,57 @@ def start_collector(
 
 
 # --- the load generator (its own process) ---------------------------------------------------------
-async def _load(url: str, mode: str, seconds: float, concurrency: int, rate: float, out) -> None:
+async def _load(
+    urls: list[str],
+    mode: str,
+    seconds: float,
+    concurrency: int,
+    rate: float,
+    out,
+    bodies: str,
+    requests: int,
+    retry_after: bool,
+) -> None:
+    """Sends bodies (fresh ids each) to ``urls`` in turn: ``closed`` (``concurrency`` connections back to back for
+    ``seconds``, or until ``requests`` were sent when that is set) or ``open`` (``rate`` requests/s on schedule).
+    ``retry_after``: a closed-loop connection refused with 503 waits the Retry-After it was given, as OTel exporters
+    do, rather than asking again at once."""
     import aiohttp
 
-    factory = BodyFactory()
-    # a few pre-made bodies so body generation is not the bottleneck; each is used once per cycle
-    # with fresh ids patched in by a background refill
+    factory = BodyFactory(bodies)
     headers = {"Content-Type": "application/x-protobuf"}
     latencies: list[float] = []
     statuses: dict[int, int] = {}
+    sent = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def one() -> None:
+            nonlocal sent
+            url = urls[sent % len(urls)]
+            sent += 1
             body = factory.body()
             t = time.perf_counter()
+            wait = 0.0
             try:
                 async with session.post(url, data=body, headers=headers) as r:
                     await r.read()
                     status = r.status
+                    if status == 503 and retry_after:
+                        wait = float(r.headers.get("Retry-After", "1"))
             except aiohttp.ClientError:
                 status = 0
             latencies.append(time.perf_counter() - t)
             statuses[status] = statuses.get(status, 0) + 1
+            if wait:
+                await asyncio.sleep(min(wait, max(0.0, seconds - (time.perf_counter() - start))))
 
+        out.put("started")  # the caller starts its CPU clocks now: the loader's own start-up is not counted
         start = time.perf_counter()
         if mode == "closed":
 
             async def worker() -> None:
-                while time.perf_counter() - start < seconds:
+                while (sent < requests) if requests else (time.perf_counter() - start < seconds):
                     await one()
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -323,16 +476,38 @@ async def _load(url: str, mode: str, seconds: float, concurrency: int, rate: flo
     out.put({"latencies": latencies, "statuses": statuses, "elapsed": elapsed, "spans_per_request": factory.spans})
 
 
-def _load_process(url, mode, seconds, concurrency, rate, out) -> None:
-    asyncio.run(_load(url, mode, seconds, concurrency, rate, out))
+def _load_process(urls, mode, seconds, concurrency, rate, out, bodies, requests, retry_after) -> None:
+    asyncio.run(_load(urls, mode, seconds, concurrency, rate, out, bodies, requests, retry_after))
 
 
-def drive(url: str, mode: str, seconds: float, concurrency: int = 4, rate: float = 0.0) -> dict:
+def drive(
+    url: str | list[str],
+    mode: str,
+    seconds: float,
+    concurrency: int = 4,
+    rate: float = 0.0,
+    *,
+    bodies: str = "template",
+    requests: int = 0,
+    retry_after: bool = False,
+    on_start=None,
+    on_end=None,
+) -> dict:
+    """Runs :func:`_load` in a process of its own; ``on_start`` is called just before its first request and
+    ``on_end`` as soon as its last reply is in (before the loader process exits), to bracket the servers' clocks."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    p = ctx.Process(target=_load_process, args=(url, mode, seconds, concurrency, rate, out))
+    urls = [url] if isinstance(url, str) else list(url)
+    p = ctx.Process(
+        target=_load_process, args=(urls, mode, seconds, concurrency, rate, out, bodies, requests, retry_after)
+    )
     p.start()
-    result = out.get(timeout=seconds + 300)
+    assert out.get(timeout=120) == "started"
+    if on_start is not None:
+        on_start()
+    result = out.get(timeout=seconds + 900)
+    if on_end is not None:
+        on_end()
     p.join()
     return result
 
@@ -345,11 +520,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 # --- in-process ceilings --------------------------------------------------------------------------
-def ceilings(repeat: int = 20) -> list[tuple[str, float]]:
+def ceilings(repeat: int = 20, bodies: str = "template") -> list[tuple[str, float]]:
     from ragtrace_collector.processor.conventions import build_record, build_summary
     from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
 
-    factory = BodyFactory()
+    factory = BodyFactory(bodies)
     bodies = [factory.body() for _ in range(repeat)]
     rows = []
     t = time.process_time()
@@ -379,18 +554,46 @@ def main() -> int:
     ap.add_argument("--sampling-rate", type=float, default=0.01, help="collector sampling rate (records queued)")
     ap.add_argument("--max-pending", type=int, default=16, help="collector limits.max_pending_requests (default 16)")
     ap.add_argument("--journal-cost", action="store_true", help="only section 4: the journal on vs off")
-    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per collector in section 4")
+    ap.add_argument(
+        "--rounds", type=int, default=4, help="alternating rounds per server in sections 4 and 5 (default 4)"
+    )
     ap.add_argument(
         "--sustained-only",
         action="store_true",
         help="sections 1 and 2 only (short runs to interleave before/after comparisons)",
     )
+    ap.add_argument(
+        "--against-phoenix",
+        action="store_true",
+        help="only section 5: the same bodies to ragtrace-collector and to Arize Phoenix (.phoenix-venv), interleaved",
+    )
+    ap.add_argument(
+        "--bodies",
+        choices=("template", "sdk"),
+        help="template: hand-built ragtrace-shaped spans (sections 1-4's default); sdk: made by the ragtrace SDK "
+        "(section 5's default)",
+    )
+    ap.add_argument("--requests", type=int, default=40, help="section 5: requests per round to each ragtrace collector")
+    ap.add_argument(
+        "--phoenix-requests",
+        type=int,
+        default=6,
+        help="section 5: requests per round to Phoenix (it stores ~150 spans/s)",
+    )
+    ap.add_argument("--phoenix-timeout", type=float, default=900, help="section 5: seconds to wait for a round's spans")
+    ap.add_argument("--quick", action="store_true", help="shorter phases and fewer rounds (noisier)")
+    add_json_out(ap)
     args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = min(args.seconds, 4.0), min(args.rounds, 2)
+        args.requests, args.phoenix_requests = min(args.requests, 20), min(args.phoenix_requests, 4)
+    if args.against_phoenix:
+        return against_phoenix(args)
     if args.journal_cost:
         return journal_cost(args)
 
     print("== in-process ceilings (one core, same bodies) ==")
-    rows = ceilings()
+    rows = ceilings(bodies=args.bodies or "template")
     base = rows[0][1]
     for name, rate in rows:
         print(f"  {name:<28} {rate:>12,.0f} spans/s   {rate / base:6.2f}x of decode")
@@ -400,10 +603,19 @@ def main() -> int:
     url = f"http://127.0.0.1:{http}/v1/traces"
     try:
         rss_start = proc_rss_mb(proc.pid)
-        drive(url, "closed", 2.0, args.connections)  # warm-up
-        cpu0 = proc_cpu_seconds(proc.pid)
-        res = drive(url, "closed", args.seconds, args.connections)
-        cpu1 = proc_cpu_seconds(proc.pid)
+        bodies = args.bodies or "template"
+        drive(url, "closed", 2.0, args.connections, bodies=bodies)  # warm-up
+        mark: dict[str, float] = {}
+        res = drive(
+            url,
+            "closed",
+            args.seconds,
+            args.connections,
+            bodies=bodies,
+            on_start=lambda: mark.update(cpu=proc_cpu_seconds(proc.pid)),
+            on_end=lambda: mark.update(cpu_end=proc_cpu_seconds(proc.pid)),
+        )
+        cpu0, cpu1 = mark["cpu"], mark["cpu_end"]
         ok = res["statuses"].get(200, 0)
         spans_ok = ok * res["spans_per_request"]
         wall_rate = spans_ok / res["elapsed"]
@@ -422,6 +634,15 @@ def main() -> int:
             f"  p50/p99 latency {pct(res['latencies'], 0.5) * 1000:8.1f} / {pct(res['latencies'], 0.99) * 1000:.1f} ms"
         )
         print(f"  per core / upb decode {per_core / base:8.3f}x")
+        emit(
+            args.json_out,
+            "collector_ingest",
+            "spans per collector CPU-s, closed loop",
+            per_core,
+            "spans/CPU-s",
+            "upb decode",
+            base,
+        )
         if args.sustained_only:
             return 0
 
@@ -444,7 +665,7 @@ def main() -> int:
 
             sampler = threading.Thread(target=sample_rss, args=(stop, samples), daemon=True)
             sampler.start()
-            res = drive(url, "open", args.seconds, concurrency=256, rate=rps)
+            res = drive(url, "open", args.seconds, concurrency=256, rate=rps, bodies=bodies)
             stop.set()
             sampler.join()
             half = len(samples) // 2
@@ -513,11 +734,11 @@ def journal_cost(args: argparse.Namespace) -> int:
             started.append((journal, proc, f"http://127.0.0.1:{http}/v1/traces", data_dir))
         totals = {journal: [0, 0.0] for journal, *_ in started}  # spans accepted, CPU seconds
         for _, _, url, _ in started:
-            drive(url, "closed", 2.0, args.connections)  # warm-up
+            drive(url, "closed", 2.0, args.connections, bodies=args.bodies or "template")  # warm-up
         for _ in range(args.rounds):
             for journal, proc, url, _ in started:
                 cpu0 = proc_cpu_seconds(proc.pid)
-                res = drive(url, "closed", args.seconds, args.connections)
+                res = drive(url, "closed", args.seconds, args.connections, bodies=args.bodies or "template")
                 totals[journal][0] += res["statuses"].get(200, 0) * res["spans_per_request"]
                 totals[journal][1] += proc_cpu_seconds(proc.pid) - cpu0
         rate = {j: spans / max(1e-9, cpu) for j, (spans, cpu) in totals.items()}
@@ -528,6 +749,15 @@ def journal_cost(args: argparse.Namespace) -> int:
             )
         share = 1 - rate["true"] / rate["false"]
         print(f"  the journal's share of ingest CPU: {100 * share:.1f}%   target <= 15%")
+        emit(
+            args.json_out,
+            "collector_ingest",
+            "journal on: spans per CPU-s",
+            rate["true"],
+            "spans/CPU-s",
+            "journal off",
+            rate["false"],
+        )
         on_dir = started[0][3]
         segments = list(Path(on_dir, "journal").glob("segment-*.log"))
         print(
@@ -540,6 +770,231 @@ def journal_cost(args: argparse.Namespace) -> int:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    return 0
+
+
+# --- 5. against Arize Phoenix ---------------------------------------------------------------------
+def scrape(metrics_port: int) -> dict[str, float]:
+    """Sum of every sample of each metric name on the collector's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+class RagtraceTarget:
+    """``ragtrace-collector serve --role receiver``; a trace is stored once it has been assembled and summarised
+    (latency metrics), and, when sampled, its record committed to the SQLite queue that workers score from."""
+
+    def __init__(self, sampling_rate: float, spans_per_trace: float) -> None:
+        self.name = f"ragtrace (sampling {sampling_rate:g})"
+        self.data_dir = tempfile.mkdtemp(prefix="ragtrace-bench-phoenix-")
+        env = {"RAGTRACE_QUEUE__MAX_DEPTH": "10000000"}  # at rate 1 every trace is a record: none refused as full
+        self.proc, http, self.metrics = start_collector(self.data_dir, sampling_rate, 16, extra_env=env)
+        self.pid = self.proc.pid
+        self.url = f"http://127.0.0.1:{http}/v1/traces"
+        self.spans_per_trace = spans_per_trace
+        self.poll_interval = 0.1  # a /metrics scrape and a read of the queue file
+
+    def stored_spans(self) -> int:
+        m = scrape(self.metrics)
+        summarised = m.get("ragtrace_traces_received_total", 0.0)
+        if self.queued() < m.get("ragtrace_traces_sampled_total", 0.0):
+            summarised = 0.0  # sampled records still being committed
+        return int(summarised * self.spans_per_trace)
+
+    def queued(self) -> int:
+        """Records committed to the queue file (a receiver serves no queue depth: read the file, read-only)."""
+        import sqlite3
+
+        path = Path(self.data_dir) / "queue.sqlite"
+        if not path.exists():
+            return 0
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            row = db.execute("SELECT n FROM queue_depth WHERE one = 1").fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+        finally:
+            db.close()
+        return int(row[0]) if row else 0
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class PhoenixTarget:
+    """Arize Phoenix (``.phoenix-venv``, ``scripts/phoenix/build.sh``) serving on loopback from a temporary working
+    directory (SQLite), as tests/support/phoenix.py starts it; stored = the span count its GraphQL API reports."""
+
+    def __init__(self) -> None:
+        from tests.support.phoenix import PhoenixServer
+
+        self.name = f"Phoenix {phoenix_version()}"
+        self.server = PhoenixServer.start(Path(tempfile.mkdtemp(prefix="ragtrace-bench-phoenix-")))
+        self.pid = self.server.proc.pid
+        self.url = f"{self.server.base_url}/v1/traces"
+        self.polls = 0
+        self.poll_interval = 0.5  # a COUNT over its spans table each time
+
+    def stored_spans(self) -> int:
+        self.polls += 1
+        data = self.server.graphql("query { projects { edges { node { recordCount } } } }")
+        return sum(e["node"]["recordCount"] for e in data["projects"]["edges"])
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def phoenix_version() -> str:
+    freeze = REPO / ".phoenix-venv" / "freeze.txt"
+    lines = freeze.read_text().splitlines() if freeze.exists() else []
+    return next((line.split("==")[1] for line in lines if line.lower().startswith("arize-phoenix==")), "?")
+
+
+def wait_stored(target, want: int, timeout: float, interval: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        have = target.stored_spans()
+        if have >= want:
+            return have
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{target.name}: {have} of {want} spans stored after {timeout:.0f} s")
+        time.sleep(interval)
+
+
+def against_phoenix(args: argparse.Namespace) -> int:
+    """Section 5: the same bodies to ragtrace-collector and to Arize Phoenix, in interleaved rounds, with the
+    upb decoding anchor measured in the same run."""
+    from tests.support.phoenix import missing_reason
+
+    bodies = args.bodies or "sdk"
+    factory = BodyFactory(bodies)
+    spans_per_trace = factory.spans / factory.traces
+    print(
+        f"== 5. ragtrace-collector against Arize Phoenix, the same bodies ({bodies}: {factory.traces} traces, "
+        f"{factory.spans} spans, {len(factory.template) / 1e6:.2f} MB a request, fresh trace and span ids each) =="
+    )
+    anchor = ceilings(bodies=bodies)[0][1]
+    print(f"  anchor: upb decode only, in this process  {anchor:>12,.0f} spans/s")
+    reason = missing_reason()
+    if reason:
+        print(f"  Phoenix not measured: {reason}")
+        emit(args.json_out, "collector_ingest --against-phoenix", f"not measured: {reason[:70]}", None, "")
+        return 0
+    targets: list = []
+    try:
+        for rate in sorted({args.sampling_rate, 1.0}):
+            targets.append(RagtraceTarget(rate, spans_per_trace))
+        targets.append(PhoenixTarget())
+        sent_per_round = {
+            t.name: args.phoenix_requests if isinstance(t, PhoenixTarget) else args.requests for t in targets
+        }
+        totals = {
+            t.name: dict(spans=0, cpu_accept=0.0, wall_accept=0.0, cpu_all=0.0, wall_all=0.0, st={}) for t in targets
+        }
+        for t in targets:  # warm-up: first connections, first writes, Phoenix's project row
+            before = t.stored_spans()
+            res = drive(t.url, "closed", 0, args.connections, bodies=bodies, requests=2)
+            wait_stored(t, before + res["statuses"].get(200, 0) * factory.spans, args.phoenix_timeout, t.poll_interval)
+        for rnd in range(args.rounds):
+            order = targets[rnd % len(targets) :] + targets[: rnd % len(targets)]  # each leads a round in turn
+            for t in order:
+                stored0 = t.stored_spans()
+                mark: dict[str, float] = {}
+
+                def start_clocks(t=t, mark=mark) -> None:
+                    mark["cpu"], mark["t"] = tree_cpu_seconds(t.pid), time.perf_counter()
+
+                def stop_clocks(t=t, mark=mark) -> None:
+                    mark["cpu_end"], mark["t_end"] = tree_cpu_seconds(t.pid), time.perf_counter()
+
+                res = drive(
+                    t.url,
+                    "closed",
+                    0,
+                    args.connections,
+                    bodies=bodies,
+                    requests=sent_per_round[t.name],
+                    on_start=start_clocks,
+                    on_end=stop_clocks,
+                )
+                cpu_accepted, t_accepted = mark["cpu_end"], mark["t_end"]
+                accepted = res["statuses"].get(200, 0) * factory.spans
+                wait_stored(t, stored0 + accepted, args.phoenix_timeout, t.poll_interval)
+                cpu_stored, t_stored = tree_cpu_seconds(t.pid), time.perf_counter()
+                tot = totals[t.name]
+                tot["spans"] += accepted
+                tot["cpu_accept"] += cpu_accepted - mark["cpu"]
+                tot["wall_accept"] += t_accepted - mark["t"]
+                tot["cpu_all"] += cpu_stored - mark["cpu"]
+                tot["wall_all"] += t_stored - mark["t"]
+                for code, n in res["statuses"].items():
+                    tot["st"][code] = tot["st"].get(code, 0) + n
+                print(
+                    f"  round {rnd + 1} {t.name:<26} {accepted:>7,} spans: accepted in {t_accepted - mark['t']:6.2f} s "
+                    f"({cpu_accepted - mark['cpu']:6.2f} CPU-s), stored after {t_stored - mark['t']:7.2f} s "
+                    f"({cpu_stored - mark['cpu']:7.2f} CPU-s)"
+                )
+        print(
+            f"\n  {'server':<26} {'spans':>8} {'accepted/s':>11} {'per CPU-s':>10} {'x upb':>7}   "
+            f"{'stored/s':>9} {'per CPU-s':>10} {'x upb':>7}  {'RSS MB':>7}  statuses"
+        )
+        rates: dict[str, tuple[float, float]] = {}
+        for t in targets:
+            tot = totals[t.name]
+            accept = tot["spans"] / max(1e-9, tot["cpu_accept"])
+            allin = tot["spans"] / max(1e-9, tot["cpu_all"])
+            rates[t.name] = (accept, allin)
+            print(
+                f"  {t.name:<26} {tot['spans']:>8,} {tot['spans'] / tot['wall_accept']:>11,.0f} {accept:>10,.0f} "
+                f"{accept / anchor:>7.4f}   {tot['spans'] / tot['wall_all']:>9,.0f} {allin:>10,.0f} {allin / anchor:>7.4f}  "
+                f"{tree_rss_mb(t.pid):>7.0f}  {tot['st']}"
+            )
+            early = "answers before decoding" if isinstance(t, PhoenixTarget) else ""
+            for what, value, note in (("while accepting", accept, early), ("all-in, until stored", allin, "")):
+                emit(
+                    args.json_out,
+                    "collector_ingest --against-phoenix",
+                    f"{t.name}: spans per server CPU-s, {what}",
+                    value,
+                    "spans/CPU-s",
+                    "upb decode",
+                    anchor,
+                    note=note,
+                )
+        phoenix = targets[-1]
+        print(
+            "  (accepted: from the first request to the last 200; stored: until the server holds them all. Phoenix "
+            "answers 200 before decoding the spans, so its work comes after the accept window (a few clock ticks: not a "
+            "figure to read); its span count was "
+            f"polled {phoenix.polls} times over GraphQL, every {phoenix.poll_interval} s, and that CPU is counted. ragtrace waits "
+            "assembly.grace_seconds (1 s) for stragglers after each root span, wall time not CPU.)"
+        )
+        for t in targets[:-1]:
+            ratio = rates[t.name][1] / rates[phoenix.name][1]
+            print(f"  {t.name} / {phoenix.name}, all-in spans per CPU-second: {ratio:,.1f}x")
+            emit(
+                args.json_out,
+                "collector_ingest --against-phoenix",
+                f"{t.name}: all-in spans per CPU-s",
+                rates[t.name][1],
+                "spans/CPU-s",
+                phoenix.name,
+                rates[phoenix.name][1],
+            )
+    finally:
+        for t in targets:
+            t.stop()
     return 0
 
 

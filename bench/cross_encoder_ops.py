@@ -102,19 +102,33 @@ def report(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=300)
+    parser.add_argument("--pairs", type=int, default=300, help="judge pairs timed (default 300)")
     parser.add_argument("--against", type=Path, help="a directory holding another onnxruntime (pip --target)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the child's output
+    parser.add_argument(
+        "--json-out", type=Path, help="append the figures as JSON lines to this file (bench/summary.py's table)"
+    )
     args = parser.parse_args()
     if not (ROOT.parent / "shared" / "data").is_dir():
         raise SystemExit("this bench reads ../shared/data")
     sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(ROOT / "scripts"))
+    from summary import emit
+
     result = measure(args.pairs)
     if args.json:
         print(json.dumps(result))
         return
     report(result)
+    emit(
+        args.json_out,
+        "cross_encoder_ops",
+        f"ms a pair on 2 threads, onnxruntime {result['onnxruntime']}",
+        result["ms_per_pair_2_thread"],
+        "ms",
+        "1 thread",
+        result["ms_per_pair_1_thread"],
+    )
     if args.against is None:
         return
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(args.against), os.environ.get("PYTHONPATH")])))
@@ -136,6 +150,15 @@ def main() -> None:
     for op in ("SkipLayerNormalization", "LayerNormalization"):
         if op in ours and op in theirs:
             print(f"{op}: {theirs[op] / ours[op]:.2f}x")
+    emit(
+        args.json_out,
+        "cross_encoder_ops",
+        f"ms a pair on 1 thread, onnxruntime {other['onnxruntime']}",
+        other["ms_per_pair_1_thread"],
+        "ms",
+        f"onnxruntime {result['onnxruntime']}",
+        result["ms_per_pair_1_thread"],
+    )
     gap = np.abs(np.asarray(result["logits"]) - np.asarray(other["logits"]))
     print(f"logits: largest difference {gap.max():.2e}, mean {gap.mean():.2e}")
 

@@ -513,8 +513,14 @@ def main() -> int:
     parser.add_argument(
         "--families", action="store_true", help="each issue-15 metric family on its own instead (no Ragas side)"
     )
+    parser.add_argument(
+        "--json-out", type=Path, help="append the figures as JSON lines to this file (bench/summary.py's table)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "bench"))
+    from summary import emit
+
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from tests.support.scripted_openai import ScriptedOpenAI
 
@@ -564,8 +570,12 @@ def main() -> int:
         else:
             print(f"{label:28}{a:>12.1f}{'-':>14}{'-':>9}")
     total_a = (ours_t["prompt_tokens"] + ours_t["completion_tokens"]) / n
+    ragas = "Ragas 0.4.3" if ragas_t else "Ragas (not measured: no venv)"
+    calls_b = ragas_t["chat_calls"] / n if ragas_t else None
+    emit(args.json_out, "judge_cost", "judge calls per record", ours_t["chat_calls"] / n, "calls", ragas, calls_b)
     if ragas_t:
         total_b = (ragas_t["prompt_tokens"] + ragas_t["completion_tokens"]) / n
+        emit(args.json_out, "judge_cost", "judge tokens per record", total_a, "tokens", ragas, total_b)
         print(f"{'total tokens / record':28}{total_a:>12.1f}{total_b:>14.1f}{total_a / total_b:>9.2f}")
         print(
             f"wall time: ragtrace {ours_s:.1f} s, Ragas {ragas_s:.1f} s (incl. its import); "

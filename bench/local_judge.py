@@ -32,6 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from summary import add_json_out, emit  # noqa: E402
 
 
 def one_tree_at_a_time(model: Any, x: np.ndarray) -> np.ndarray:
@@ -87,7 +90,7 @@ async def score(judge: Any, rows: list[dict], in_flight: int = 1) -> float:
     return time.perf_counter() - start
 
 
-async def judges(rows: list[dict], rounds: int) -> None:
+async def judges(rows: list[dict], rounds: int, json_out: Path | None = None) -> None:
     from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_WORKERS, ScoringConfig
     from ragtrace_collector.scoring.judges.local import LocalJudge
 
@@ -132,11 +135,15 @@ async def judges(rows: list[dict], rounds: int) -> None:
     print(f"reader / cascade, one at a time: {rate[names[2]] / rate[names[1]]:.2f}x")
     print(f"reader / cascade in flight, default threads: {rate[names[6]] / rate[names[4]]:.2f}x")
     print(f"reader in flight, {workers} threads / 1 thread: {rate[names[6]] / rate[names[5]]:.2f}x")
+    for figure, anchor in ((1, 0), (2, 1), (6, 4), (6, 5), (4, 1)):
+        emit(
+            json_out, "local_judge", names[figure], rate[names[figure]], "records/s", names[anchor], rate[names[anchor]]
+        )
     for judge in (features, cascade, reader_one, reader):
         await judge.aclose()
 
 
-def trees(rows: list[dict], rounds: int) -> None:
+def trees(rows: list[dict], rounds: int, json_out: Path | None = None) -> None:
     from ragtrace_collector.scoring.judges.local import LocalJudge
     from ragtrace_collector.scoring.judges.local import text as T
     from ragtrace_collector.scoring.judges.local.features import FEATURE_NAMES
@@ -166,20 +173,30 @@ def trees(rows: list[dict], rounds: int) -> None:
     for name, ms in timing.items():
         print(f"  {name:<20} {ms:8.3f}")
     print(f"  speed-up: {timing['one tree at a time'] / timing['all trees at once']:.1f}x")
+    emit(
+        json_out,
+        "local_judge",
+        "tree walk, all trees at once",
+        timing["all trees at once"],
+        "ms/record",
+        "one tree at a time",
+        timing["one tree at a time"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=300, help="RAGTruth QA training-fold rows (default 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every pass (default 3)")
     parser.add_argument("--generator", help="only this generator's answers (e.g. llama-2-7b-chat, the longest)")
+    add_json_out(parser)
     args = parser.parse_args(argv)
     if not (DATA_DIR / "ragtruth-qa-dev.jsonl").is_file():
         print(f"no RAGTruth QA data in {DATA_DIR}: nothing to measure", file=sys.stderr)
         return 0
     rows = training_rows(args.rows, args.generator)
-    asyncio.run(judges(rows, args.rounds))
-    trees(rows, args.rounds)
+    asyncio.run(judges(rows, args.rounds, args.json_out))
+    trees(rows, args.rounds, args.json_out)
     return 0
 
 

@@ -26,6 +26,9 @@ from ragtrace_collector.queue.redis import RedisStreamQueue  # noqa: E402
 from ragtrace_collector.queue.spill import MEMORY  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from summary import add_json_out, emit  # noqa: E402
+
 
 def record(i: int) -> RagRecord:
     passage = f"The passage says something about fact {i}. " * 15
@@ -76,7 +79,8 @@ def run(kind: str, records: list[RagRecord], workdir: Path) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=5000)
+    parser.add_argument("--records", type=int, default=5000, help="records held during the outage (default 5000)")
+    add_json_out(parser)
     args = parser.parse_args()
     records = [record(i) for i in range(args.records)]
     size = len(records[0].model_dump_json(exclude_none=True))
@@ -90,6 +94,24 @@ def main() -> int:
     print(
         f"file / memory: put time {disk['put_us'] / mem['put_us']:.2f}x, "
         f"send rate {disk['flush_per_s'] / mem['flush_per_s']:.2f}x"
+    )
+    emit(
+        args.json_out,
+        "redis_spill",
+        "µs per put into the spill file",
+        disk["put_us"],
+        "µs",
+        "into memory",
+        mem["put_us"],
+    )
+    emit(
+        args.json_out,
+        "redis_spill",
+        "records/s sent from the file once Redis is back",
+        disk["flush_per_s"],
+        "records/s",
+        "from memory",
+        mem["flush_per_s"],
     )
     return 0
 

@@ -53,6 +53,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 import ragtrace  # noqa: E402
 from tests.support.net import free_port, wait_for_port  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from summary import add_json_out, emit  # noqa: E402
+
 DOCS = [
     {
         "id": f"doc-{i}",
@@ -340,6 +343,38 @@ def bench_peers(n: int, repeats: int) -> dict[str, dict]:
     return results
 
 
+def emit_peers(res: dict[str, dict], json_out: Path | None) -> None:
+    """Section 5's ratios for bench/summary.py: ragtrace against each tool measured beside it."""
+    ours = res.get("ragtrace", {})
+    if "error" in ours:
+        return
+    for tool, r in res.items():
+        if tool.startswith("ragtrace") or "error" in r:
+            continue
+        name = f"{tool} {r['version']}"
+        emit(
+            json_out,
+            "sdk_overhead peers",
+            "ragtrace CPU per request incl. export",
+            ours["request_export"],
+            "µs",
+            name,
+            r["request_export"],
+        )
+        emit(
+            json_out,
+            "sdk_overhead peers",
+            "ragtrace OTLP bytes per request",
+            ours["request_bytes"],
+            "B",
+            name,
+            r["request_bytes"],
+        )
+    for tool, r in res.items():
+        if "error" in r:
+            emit(json_out, "sdk_overhead peers", f"{tool}: {r['error'][:60]}", None, "")
+
+
 def print_peers(res: dict[str, dict]) -> None:
     print(
         "\n== 5. side by side, each tool in its own process and venv (the same app: rag -> retrieve 5x1KB -> stream) =="
@@ -534,11 +569,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
     ap.add_argument("--peers-only", action="store_true", help="only section 5 (the tools side by side)")
     ap.add_argument("--repeats", type=int, default=3, help="section 5: rounds over the tools (best figure kept)")
+    add_json_out(ap)
     a = ap.parse_args()
     n = 2000 if a.quick else 10000
 
     if a.peers_only:
-        print_peers(bench_peers(n, a.repeats))
+        peers = bench_peers(n, a.repeats)
+        print_peers(peers)
+        emit_peers(peers, a.json_out)
         return 0
     calls = bench_calls(n)
     raw = calls["raw OTel span, 5 attrs"]
@@ -548,12 +586,30 @@ def main() -> int:
         print(f"{k:40s} {v:9.2f} {v / raw:11.2f}")
     ret = calls["@retriever 5x1KB docs"]
     print(f"@retriever / raw 5-attr span = {ret / raw:.2f} (target <= 1.3)")
+    emit(
+        a.json_out,
+        "sdk_overhead",
+        "@retriever 5x1KB docs, thread CPU per call",
+        ret,
+        "µs",
+        "raw OTel span, 5 attrs",
+        raw,
+    )
 
     st = bench_streaming()
     print("\n== 2. streaming (@generator over a generator of str chunks) ==")
     for k, v in st.items():
         print(f"{k:40s} {v:9.1f}")
     print(f"marginal per-chunk overhead = {st['marginal ns/chunk']:.0f} ns (target <= 100 ns)")
+    emit(
+        a.json_out,
+        "sdk_overhead",
+        "@generator per chunk",
+        st["@generator ns/chunk"],
+        "ns",
+        "bare generator",
+        st["bare generator ns/chunk"],
+    )
 
     ex = bench_export_cpu(n // 5)
     print("\n== 3. process CPU per request, real OTLP/HTTP exporter to a local sink (separate process) ==")
@@ -561,6 +617,15 @@ def main() -> int:
         if not k.startswith("_"):
             print(f"{k:40s} {v:9.1f} µs CPU")
     print(f"(spans exported: {ex['_exported']}, lost: {ex['_dropped']})")
+    emit(
+        a.json_out,
+        "sdk_overhead",
+        "traced request (3 spans), process CPU incl. OTLP export",
+        ex["traced request (3 spans)"],
+        "µs",
+        "3 x raw OTel span, 5 attrs, incl. export",
+        3 * ex["raw OTel span, 5 attrs"],
+    )
 
     dr = bench_drops(2.0 if a.quick else 4.0)
     print("\n== 4. steady 500 requests/s (3 spans each), default queue 2048 ==")
@@ -572,7 +637,11 @@ def main() -> int:
             f"{k:26s} {row['achieved req/s']:7.0f} {row['spans']:7d} {row['dropped']:8d} {row['failed export']:7d} "
             f"{row['lost share']:7.1%} {row['p50 ms']:7.3f} {row['p99 ms']:7.3f}"
         )
-    print_peers(bench_peers(n, a.repeats))
+    for k, row in dr.items():
+        emit(a.json_out, "sdk_overhead", f"spans lost at 500 req/s, {k}", 100 * row["lost share"], "%")
+    peers = bench_peers(n, a.repeats)
+    print_peers(peers)
+    emit_peers(peers, a.json_out)
     return 0
 
 

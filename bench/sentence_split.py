@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from summary import add_json_out, emit  # noqa: E402
+
 DATA_DIR = ROOT.parent / "shared" / "data"
 
 
@@ -34,7 +38,8 @@ def lines() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every line, segmenters alternating")
+    add_json_out(parser)
     args = parser.parse_args()
 
     import pysbd
@@ -63,6 +68,8 @@ def main() -> None:
         print(f"{name:<24} {len(todo) / per_round:>9.0f} lines/s {1000 * per_round / chars * 1000:>7.2f} ms/1k chars")
     names = list(segmenters)
     print(f"speed-up: {seconds[names[0]] / seconds[names[1]]:.2f}x; lines whose spans differ: {differing}")
+    rate = {name: len(todo) * args.rounds / total for name, total in seconds.items()}
+    emit(args.json_out, "sentence_split", f"{names[1]} lines/s", rate[names[1]], "lines/s", names[0], rate[names[0]])
     if differing:
         sys.exit(1)
 
