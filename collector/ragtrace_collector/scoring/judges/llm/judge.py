@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
+from typing_extensions import Unpack
 
 from ragtrace_collector.scoring import prompts as P
 from ragtrace_collector.scoring.capabilities import (
@@ -85,7 +86,7 @@ from .replies import (
     score_probabilities,
     validate,
 )
-from .transport import Completion, LLMTransport
+from .transport import Completion, LLMTransport, TransportOptions
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -137,44 +138,18 @@ class LLMJudge(
     def __init__(
         self,
         model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        concurrency: int = 4,
-        timeout: float = 30.0,
-        max_retries: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 20.0,
-        embedding_model: str | None = None,
-        embedding_base_url: str | None = None,
+        *,
         cache_size: int = 4096,
-        json_mode: bool = True,
         safety_vote_temperature: float = 0.7,
-        extra_params: dict[str, Any] | None = None,
-        max_tokens: int = 4096,
-        max_reply_chars: int = 100_000,
+        **transport: Unpack[TransportOptions],
     ) -> None:
         if not model:
             raise ValueError("LLMJudge needs a model name")
         self.model = model
         self.name = model
-        self.embedding_model = embedding_model
+        self.embedding_model = transport.get("embedding_model")
         self.safety_vote_temperature = safety_vote_temperature
-        self.transport = LLMTransport(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            concurrency=concurrency,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            embedding_model=embedding_model,
-            embedding_base_url=embedding_base_url,
-            json_mode=json_mode,
-            extra_params=extra_params,
-            max_tokens=max_tokens,
-            max_reply_chars=max_reply_chars,
-        )
+        self.transport = LLMTransport(model, **transport)
         self._replies: ReplyCache[tuple[Any, Completion | None]] = ReplyCache(cache_size)
         self._local_embedder: Any = None
 

@@ -31,7 +31,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import litellm
 
@@ -86,6 +86,25 @@ def missing_key_variables(model: str, api_key: str | None, base_url: str | None)
     except Exception:  # an unknown provider: the first call will say
         return []
     return [str(k) for k in found.get("missing_keys") or [] if str(k).endswith(("_KEY", "_TOKEN"))]
+
+
+class TransportOptions(TypedDict, total=False):
+    """The connection options an :class:`LLMJudge` passes through to its transport (defaults: ``LLMTransport``'s,
+    written there once)."""
+
+    base_url: str | None
+    api_key: str | None
+    concurrency: int
+    timeout: float
+    max_retries: int
+    backoff: float
+    max_backoff: float
+    embedding_model: str | None
+    embedding_base_url: str | None
+    json_mode: bool
+    extra_params: dict[str, Any] | None
+    max_tokens: int
+    max_reply_chars: int
 
 
 class LLMTransport:
