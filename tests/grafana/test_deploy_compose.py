@@ -275,3 +275,15 @@ def test_image_installs_the_collector_with_what_its_package_data_links_to():
     for link in links:
         target = link.resolve().relative_to(REPO)
         assert any(target == c or c in target.parents for c in copied), f"{link}: {target} is not copied"
+
+
+def test_the_build_context_leaves_out_venvs_and_stale_build_trees():
+    """The compose build context is the repository root: without these exclusions it would send the virtual
+    environments, and a leftover ``collector/build/lib`` (modules since removed) would go into the image's wheel."""
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"}
+    assert {"**/build", ".venv", ".git", ".peers", ".phoenix-venv", "test-output"} <= ignored
+    copied = [
+        line.split()[1:-1] for line in (DEPLOY / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")
+    ]
+    for sources in copied:  # nothing the image needs is ignored
+        assert not any(src.lstrip("./") in ignored for src in sources), sources
