@@ -16,7 +16,11 @@
    ``.retriever``/``.llm``) and Langfuse (``@observe``), each in a process of its own
    (``PEER_SCRIPT``), normalised by a raw span made in that same process: thread CPU per call,
    process CPU per request with the real OTLP/HTTP exporter to a local sink (against the same
-   three spans made raw), and OTLP protobuf bytes per request. Phases alternate across the
+   three spans made raw), and OTLP protobuf bytes per request. For ragtrace the export phase uses what
+   ``ragtrace.init(endpoint=...)`` builds (its provider, bounded processor and OTLP/HTTP exporter with
+   ragtrace's protobuf encoder, ``ragtrace.otlp_encoding``), while its raw spans stay plain OpenTelemetry
+   (a TracerProvider of their own with OpenTelemetry's OTLPSpanExporter, in the same process): "× same
+   spans raw" is what a user gets with ragtrace against hand-made spans exported the standard way. Phases alternate across the
    tools and repeat (``--repeats``); the best figure of each is kept. Interpreters:
    ``$RAGTRACE_OPENLLMETRY_PYTHON`` (default ~/.cache/ragtrace-bench/openllmetry/bin/python:
    ``pip install --no-deps traceloop-sdk==0.62.4`` plus opentelemetry-api/sdk/
@@ -159,9 +163,16 @@ import importlib.metadata as md
 if tool == "ragtrace":
     from opentelemetry.sdk.trace import TracerProvider
     import ragtrace
-    provider = TracerProvider()
+    provider = TracerProvider()  # the raw spans' (and, but for the export phase, ragtrace's)
     provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=100_000))
-    ragtrace.init(tracer_provider=provider, set_global=False)
+    if phase == "export":
+        # what a user gets: ragtrace.init()'s own provider, processor and OTLP/HTTP exporter (its encoder included);
+        # the raw spans stay plain OpenTelemetry (the provider above, with OpenTelemetry's OTLPSpanExporter)
+        handle = ragtrace.init(endpoint=endpoint, set_global=False, max_queue_size=100_000)
+        flush = lambda: (handle.force_flush(60.0), provider.force_flush())
+    else:
+        ragtrace.init(tracer_provider=provider, set_global=False)
+        flush = provider.force_flush
     @ragtrace.retriever(name="retrieve")
     def retrieve(query): return DOCS
     @ragtrace.generator(name="generate", model="m")
@@ -171,7 +182,6 @@ if tool == "ragtrace":
     def rag(question):
         docs = retrieve(question)
         return "".join(generate(question, [d["content"] for d in docs]))
-    flush = provider.force_flush
     version = "local"
 elif tool == "openllmetry":
     from traceloop.sdk import Traceloop

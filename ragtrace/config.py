@@ -138,6 +138,16 @@ def _text(raw: str) -> str:
     return raw
 
 
+_ENCODERS = ("ragtrace", "opentelemetry")
+
+
+def _encoder(raw: str) -> str:
+    low = raw.lower()
+    if low not in _ENCODERS:
+        raise ValueError("is not an OTLP encoder ('ragtrace' or 'opentelemetry')")
+    return low
+
+
 class _Var(Generic[_V]):
     """One setting from the environment: its variables (the first set one is read), how its value is read, and
     its default, written here and nowhere else. A value that cannot be read is reported once (naming the
@@ -243,6 +253,8 @@ class Env:
     MAX_QUEUE_SIZE = _Var(("RAGTRACE_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_QUEUE_SIZE"), _positive_int, 2048)
     SCHEDULE_DELAY_MS = _Var(("OTEL_BSP_SCHEDULE_DELAY",), _positive_int, 1000)
     EXPORT_TIMEOUT_S = _Var(("RAGTRACE_EXPORT_TIMEOUT",), _positive_seconds, 5.0)
+    # who writes the OTLP/HTTP request's protobuf (the same bytes): ragtrace's direct encoder, or OpenTelemetry's
+    OTLP_ENCODER = _Var(("RAGTRACE_OTLP_ENCODER",), _encoder, "ragtrace")
     # the most ragtrace may add to the app's exit, flush included
     SHUTDOWN_TIMEOUT_S = _Var(("RAGTRACE_SHUTDOWN_TIMEOUT",), _seconds, 5.0)
 
@@ -330,7 +342,8 @@ def _cap_timeout(exporter: Any, seconds: float) -> None:
     is not found, the bounded join in :meth:`CountingBatchSpanProcessor.close` still holds.
     An exporter the app passed in is left alone (its ``_timeout`` may mean something else).
     """
-    if not type(exporter).__module__.startswith("opentelemetry.exporter.otlp."):
+    module = type(exporter).__module__
+    if not (module.startswith("opentelemetry.exporter.otlp.") or module == "ragtrace.otlp_encoding"):  # (a subclass)
         return
     holders: tuple[Any, ...] = (exporter, getattr(exporter, "_client", None))  # gRPC exporter; HTTP's client
     for holder in holders:
@@ -512,13 +525,26 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         return time.monotonic() <= deadline
 
 
-def _make_exporter(protocol: str, endpoint: str, headers: dict[str, str] | None, timeout_s: float) -> SpanExporter:
+def _make_exporter(
+    protocol: str,
+    endpoint: str,
+    headers: dict[str, str] | None,
+    timeout_s: float,
+    encoder: str = Env.OTLP_ENCODER.default,
+) -> SpanExporter:
+    """OpenTelemetry's OTLP exporter for ``protocol``; for HTTP, by default with ragtrace's protobuf encoder
+    (:mod:`ragtrace.otlp_encoding`: the same bytes, written directly; ``encoder="opentelemetry"`` for OTel's)."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
         insecure = not endpoint.startswith("https://")
         return GrpcExporter(endpoint=endpoint, insecure=insecure, headers=headers, timeout=timeout_s)
     if protocol in ("http/protobuf", "http"):
+        if encoder == "ragtrace":
+            from .otlp_encoding import http_exporter
+
+            exporter: SpanExporter = http_exporter(endpoint, headers, timeout_s)
+            return exporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
         return HttpExporter(endpoint=endpoint, headers=headers, timeout=timeout_s)
@@ -754,6 +780,7 @@ class Options:
     schedule_delay_ms: int
     export_timeout_s: float
     shutdown_timeout_s: float
+    otlp_encoder: str = Env.OTLP_ENCODER.default  # "ragtrace" or "opentelemetry" (http/protobuf only)
 
     @classmethod
     def resolve(
@@ -791,6 +818,7 @@ class Options:
             schedule_delay_ms=Env.SCHEDULE_DELAY_MS.get(schedule_delay_ms or None),
             export_timeout_s=export_timeout if export_timeout > 0 else Env.EXPORT_TIMEOUT_S.default,
             shutdown_timeout_s=exit_timeout if exit_timeout >= 0 else Env.SHUTDOWN_TIMEOUT_S.default,
+            otlp_encoder=Env.OTLP_ENCODER.get(),
         )
 
     def apply_content_rules(self, s: Settings, redact: Redactor | Iterable[str | Pattern[str]] | None) -> None:
@@ -802,7 +830,7 @@ class Options:
         s.max_span_chars = self.max_span_chars
 
     def otlp_exporter(self) -> SpanExporter:
-        return _make_exporter(self.protocol, self.endpoint, self.headers, self.export_timeout_s)
+        return _make_exporter(self.protocol, self.endpoint, self.headers, self.export_timeout_s, self.otlp_encoder)
 
     def processor(self, exporter: CountingExporter) -> CountingBatchSpanProcessor:
         return CountingBatchSpanProcessor(

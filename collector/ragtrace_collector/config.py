@@ -81,6 +81,7 @@ OTHER_ENV_VARS: tuple[str, ...] = (
     "RAGTRACE_MAX_QUEUE_SIZE",
     "RAGTRACE_EXPORT_TIMEOUT",
     "RAGTRACE_SHUTDOWN_TIMEOUT",
+    "RAGTRACE_OTLP_ENCODER",
     # the embedded judge (scoring/embeddings.py, scoring/judges/local)
     "RAGTRACE_EMBEDDING_ONNX",
     "RAGTRACE_EMBEDDING_TOKENIZER",

@@ -84,6 +84,7 @@ BAD_VALUES = [
     ("OTEL_BSP_MAX_QUEUE_SIZE", "lots", "is not an integer", ("max_queue_size", 2048)),
     ("OTEL_BSP_SCHEDULE_DELAY", "-1", "is not a positive integer", ("schedule_delay_ms", 1000)),
     ("RAGTRACE_EXPORT_TIMEOUT", "0", "is not a number of seconds above 0", ("export_timeout_s", 5.0)),
+    ("RAGTRACE_OTLP_ENCODER", "protoc", "is not an OTLP encoder", ("otlp_encoder", "ragtrace")),
     ("RAGTRACE_SHUTDOWN_TIMEOUT", "inf", "is not a finite number", ("shutdown_timeout_s", 5.0)),
 ]
 
