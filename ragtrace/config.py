@@ -525,6 +525,26 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         return time.monotonic() <= deadline
 
 
+class _HeaderValuesHidden(logging.Filter):
+    """OpenTelemetry's exporters parse ``OTEL_EXPORTER_OTLP[_TRACES]_HEADERS`` themselves, whatever headers they
+    are given, and log a malformed value whole ("Header format invalid! ...: <the value>"): a token in the log.
+    ragtrace never logs header values (it names the variable); this keeps OpenTelemetry's message and drops the
+    value from it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Header format invalid!"):
+            record.msg = record.msg.rsplit(":", 1)[0] + ": (value not shown)"
+            record.args = ()
+        return True
+
+
+def _hide_header_values() -> None:
+    """Installs :class:`_HeaderValuesHidden` once on the logger OpenTelemetry parses headers with."""
+    target = logging.getLogger("opentelemetry.util.re")
+    if not any(isinstance(f, _HeaderValuesHidden) for f in target.filters):
+        target.addFilter(_HeaderValuesHidden())
+
+
 def _make_exporter(
     protocol: str,
     endpoint: str,
@@ -534,6 +554,7 @@ def _make_exporter(
 ) -> SpanExporter:
     """OpenTelemetry's OTLP exporter for ``protocol``; for HTTP, by default with ragtrace's protobuf encoder
     (:mod:`ragtrace.otlp_encoding`: the same bytes, written directly; ``encoder="opentelemetry"`` for OTel's)."""
+    _hide_header_values()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 

@@ -148,3 +148,29 @@ def test_arguments_win_over_the_environment_and_good_values_are_read(clean_env):
     assert not o.endpoint_asked
     with pytest.raises(ValueError):  # the app's own argument is a programming error, as before
         config.Options.resolve(protocol="http/json")
+
+
+@pytest.mark.parametrize(
+    "protocol, encoder", [("http/protobuf", "ragtrace"), ("http/protobuf", "opentelemetry"), ("grpc", "ragtrace")]
+)
+def test_a_malformed_otel_headers_value_never_reaches_the_log(tmp_path, protocol, encoder):
+    """OpenTelemetry's exporters parse ``OTEL_EXPORTER_OTLP_HEADERS`` themselves and logged a malformed value whole
+    (a bearer token in the app's log). In a real process, with logging on at DEBUG, no line holds the value."""
+    import subprocess
+    import sys
+
+    secret = "Bearer s3cr3t-token-0123456789"
+    script = (
+        "import logging; logging.basicConfig(level=logging.DEBUG)\n"
+        "import ragtrace\n"
+        "ragtrace.init(endpoint='http://127.0.0.1:9', set_global=False).shutdown(1.0)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("RAGTRACE_", "OTEL_"))} | {
+        "OTEL_EXPORTER_OTLP_HEADERS": f"authorization {secret}",
+        "RAGTRACE_PROTOCOL": protocol,
+        "RAGTRACE_OTLP_ENCODER": encoder,
+    }
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "OTEL_EXPORTER_OTLP_HEADERS" in done.stderr  # ragtrace said which variable is wrong
+    assert "s3cr3t" not in done.stderr + done.stdout
