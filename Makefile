@@ -87,6 +87,7 @@ bench: install
 	$(call BENCH_RUN,bench/judge_cost.py --families --rows $(if $(BENCH_QUICK),20,50))
 	$(call BENCH_RUN,bench/scale_out.py $(BQ))
 	$(call BENCH_RUN,bench/redis_spill.py $(if $(BENCH_QUICK),--records 2000,))
+	$(call BENCH_RUN,bench/redis_assembly_add.py $(BQ))
 	$(call BENCH_RUN,bench/local_judge.py $(if $(BENCH_QUICK),--rows 100 --rounds 1,))
 	$(call BENCH_RUN,bench/sentence_split.py $(if $(BENCH_QUICK),--rounds 1,))
 	$(call BENCH_RUN,bench/cross_encoder_ops.py $(if $(BENCH_QUICK),--pairs 100,))

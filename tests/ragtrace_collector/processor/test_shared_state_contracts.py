@@ -120,6 +120,26 @@ def test_past_the_trace_bound_the_oldest_is_evicted_and_returned(make_state):
     assert result.evicted[0].reason == REASON_EVICTED and state.inflight()[0] == 2
 
 
+def test_one_requests_traces_at_once_are_as_one_at_a_time(make_state):
+    """``add_many`` (what the receivers call: one round trip per request where the state is shared) gives each
+    trace's result in order, as ``add`` would: late spans, and evictions past the bound."""
+    state = make_state(max_traces=3)
+    add(state, "done", span("done", "a"))
+    assert wait_due(state, 2.0)
+    state.settle(["done"])
+    items = [
+        ("t1", [span("t1", "a", parent="p")], 100, False),
+        ("done", [span("done", "z", parent="a")], 100, False),  # completed: late
+        ("t2", [span("t2", "a", parent="p")], 100, False),
+        ("t3", [span("t3", "a", parent="p")], 100, False),
+        ("t4", [span("t4", "a", parent="p")], 100, False),  # past the bound of 3: t1 goes
+    ]
+    results = state.add_many(items, time.monotonic())
+    assert [r.late_spans for r in results] == [0, 1, 0, 0, 0]
+    assert [[t.trace_id for t in r.evicted] for r in results] == [[], [], [], [], ["t1"]]
+    assert state.inflight()[0] == 3
+
+
 def test_pop_all_at_shutdown_loses_no_trace(make_state):
     # in process, every trace is handed over at once; a shared state hands over what is due and leaves the rest
     # to the receivers that stay up (here, a later sweep of the same state): each trace exactly once either way

@@ -45,12 +45,19 @@ import math
 import threading
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from ragtrace_collector.config import AssemblyConfig
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect, key_prefix
 from ragtrace_collector.model.spans import SpanData
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
-from ragtrace_collector.processor.assembly.state import REASON_EVICTED, AddResult, AssemblyState, CompletedTrace
+from ragtrace_collector.processor.assembly.state import (
+    REASON_EVICTED,
+    AddItem,
+    AddResult,
+    AssemblyState,
+    CompletedTrace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,36 +242,51 @@ class RedisAssemblyState(AssemblyState):
         self.fallback_traces = 0  # spans batches assembled locally because Redis was unreachable
 
     def add(self, trace_id: str, spans: list[SpanData], nbytes: int, root_seen: bool, now: float) -> AddResult:
-        if not spans:
-            return AddResult()
+        return self.add_many([(trace_id, spans, nbytes, root_seen)], now)[0]
+
+    def add_many(self, items: Sequence[AddItem], now: float) -> list[AddResult]:
+        """One request's traces in one round trip (a pipeline of the add script, one call per trace): a receiver's
+        event loop waits on Redis once per request, not once per trace. Unreachable Redis: assembled here."""
+        results = [AddResult() for _ in items]  # a trace with no spans adds nothing
+        todo = [i for i, item in enumerate(items) if item[1]]
+        if not todo:
+            return results
         if self._breaker.available():
             try:
-                late, evicted = self._add(
-                    args=[
-                        self.prefix,
-                        trace_id,
-                        self.grace,
-                        self.max_wait,
-                        int(nbytes),
-                        "1" if root_seen else "0",
-                        self.spans_ttl,
-                        self.max_traces,
-                        self.max_bytes,
-                        self.late_seconds,
-                        self.owner,
-                        self.claim_ttl,
-                        *(json.dumps(s.to_dict(), separators=(",", ":")) for s in spans),
-                    ]
-                )
-                return AddResult(
-                    late_spans=int(late),
-                    evicted=[CompletedTrace(tid, decode_spans(sp), REASON_EVICTED) for tid, _reason, sp in evicted],
-                )
+                pipe = self._r.pipeline(transaction=False)
+                for i in todo:
+                    self._add(args=self._add_args(*items[i]), client=pipe)
+                for i, (late, evicted) in zip(todo, pipe.execute()):
+                    results[i] = AddResult(
+                        late_spans=int(late),
+                        evicted=[CompletedTrace(tid, decode_spans(sp), REASON_EVICTED) for tid, _reason, sp in evicted],
+                    )
+                return results
             except UNAVAILABLE as exc:
                 self._breaker.failed(exc)
         with self._lock:
-            self.fallback_traces += 1
-            return self.fallback.add(trace_id, spans, nbytes, root_seen, now)
+            self.fallback_traces += len(todo)
+            for i in todo:
+                trace_id, spans, nbytes, root_seen = items[i]
+                results[i] = self.fallback.add(trace_id, spans, nbytes, root_seen, now)
+        return results
+
+    def _add_args(self, trace_id: str, spans: list[SpanData], nbytes: int, root_seen: bool) -> list[Any]:
+        return [
+            self.prefix,
+            trace_id,
+            self.grace,
+            self.max_wait,
+            int(nbytes),
+            "1" if root_seen else "0",
+            self.spans_ttl,
+            self.max_traces,
+            self.max_bytes,
+            self.late_seconds,
+            self.owner,
+            self.claim_ttl,
+            *(json.dumps(s.to_dict(), separators=(",", ":")) for s in spans),
+        ]
 
     def _pop_redis(self, limit: int | None) -> list[CompletedTrace]:
         if not self._breaker.available():

@@ -41,6 +41,9 @@ class CompletedTrace:
         return held[2]
 
 
+AddItem = tuple[str, list[SpanData], int, bool]  # trace id, its spans, their encoded bytes, a root among them
+
+
 @dataclass
 class AddResult:
     late_spans: int = 0
@@ -52,7 +55,7 @@ class AssemblyState(abc.ABC):
 
     Contract for implementations (in-process here; Redis for several receivers):
 
-    * ``add`` appends spans to a trace. Spans of a trace completed within the state's memory of
+    * ``add`` appends spans to a trace (``add_many``: one request's traces at once, the same as ``add`` in order). Spans of a trace completed within the state's memory of
       completed ids are late: they are not stored, and ``AddResult.late_spans`` counts them.
       When the in-flight bounds are exceeded, the oldest traces (by first span) are removed and
       returned in ``AddResult.evicted``. A root span among ``spans`` (``root_seen``) moves the
@@ -74,6 +77,11 @@ class AssemblyState(abc.ABC):
     @abc.abstractmethod
     def add(self, trace_id: str, spans: list[SpanData], nbytes: int, root_seen: bool, now: float) -> AddResult:
         """Store ``spans`` (``nbytes`` encoded bytes) under ``trace_id``."""
+
+    def add_many(self, items: Sequence[AddItem], now: float) -> list[AddResult]:
+        """``add`` for each of one request's traces, in order, one result each: the same as calling ``add`` in a
+        loop (what this default does); a state shared over the network sends them in one round trip."""
+        return [self.add(trace_id, spans, nbytes, root_seen, now) for trace_id, spans, nbytes, root_seen in items]
 
     @abc.abstractmethod
     def pop_due(self, now: float, limit: int | None = None) -> list[CompletedTrace]:

@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from ragtrace.attributes import RAGTRACE_SPAN_ROLE, ROLE_PIPELINE
 from ragtrace_collector.model.spans import DecodedRequest
-from ragtrace_collector.processor.assembly.state import AssemblyState, CompletedTrace
+from ragtrace_collector.processor.assembly.state import AddItem, AssemblyState, CompletedTrace
 
 
 class AssemblyObserver(Protocol):
@@ -82,6 +82,8 @@ class TraceAssembly:
     def add(self, decoded: DecodedRequest, now: float) -> None:
         late = late_events = over = 0
         self._forget_log_only(now)
+        items: list[AddItem] = []
+        log_only: list[bool] = []  # per item: only GenAI log-event carriers (their late ones counted apart)
         for trace_id, spans in decoded.traces.items():
             nbytes = 0
             root = False
@@ -98,8 +100,10 @@ class TraceAssembly:
                 continue
             if carriers < len(spans):
                 self._spans_arrived(trace_id)
-            result = self.state.add(trace_id, spans, nbytes, root, now)
-            if carriers == len(spans):
+            items.append((trace_id, spans, nbytes, root))
+            log_only.append(carriers == len(spans))
+        for result, events_only in zip(self.state.add_many(items, now), log_only):  # one round trip when shared
+            if events_only:
                 late_events += result.late_spans
             else:
                 late += result.late_spans
