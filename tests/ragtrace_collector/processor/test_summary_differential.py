@@ -16,6 +16,7 @@ import pytest
 from ragtrace_collector.config import AlwaysSampleConfig, SamplingConfig
 from ragtrace_collector.model.record import RecordSummary
 from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+from ragtrace_collector.processor.conventions import extractors
 from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.processor.records import record_of, summary_of
 from ragtrace_collector.processor.sampling.sampler import LOW_SCORE, Sampler
@@ -71,10 +72,18 @@ def test_the_low_score_rule_selects_every_setup_whose_documents_carry_scores():
     assert {"langfuse_observe", "otel_genai_spans", "tl_decorators", "tl_llamaindex"} <= scored_setups
 
 
-def test_the_summary_reads_no_document_unless_the_rule_asks():
-    """Every trace gets a summary; only a configured low-score rule reads its contexts' scores."""
+def test_the_summary_reads_no_document_unless_the_rule_asks(monkeypatch):
+    """Every trace gets a summary; only a configured low-score rule reads its contexts' scores (the flattened ones,
+    or the documents' JSON): with the default rules, no score and no document of any capture is read."""
+    read: list[str] = []
+    monkeypatch.setattr(extractors.documents, "document_scores", lambda *a: read.append("scores") or [])
+    monkeypatch.setattr(extractors, "extract_contexts", lambda ts: read.append("contexts") or [])
     for setup in SETUPS:
         for trace in completed_traces(setup):
             summary = summary_of(trace)
             Sampler(SamplingConfig(rate=1.0)).select(summary)
-            assert summary._scores is None, setup
+            Sampler(SamplingConfig(rate=0.0)).select(summary)
+            assert not read, (setup, read)
+    low = Sampler(SamplingConfig(rate=0.0, always=AlwaysSampleConfig(top_score_below=0.5)))
+    low.select(summary_of(completed_traces("langfuse_observe")[0]))
+    assert set(read) == {"scores", "contexts"}  # the check above would see a read: the rule reads through these
