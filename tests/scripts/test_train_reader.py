@@ -69,6 +69,24 @@ def test_contradictions_are_unsupported_one_edit_copies_of_supported_pairs() -> 
     assert len(reader.contradictions(pairs, limit=1, seed=0)) == 1
 
 
+def test_evidence_edits_change_the_context_on_what_the_claim_says() -> None:
+    """A context that says "not", another number or the opposite of a claim that does not: the edit touches a word
+    or number the claim shares (so it is about the claim), and the claim is kept as it was."""
+    pairs = [
+        {"a": "The kettle has an automatic shut-off.", "b": "It has an automatic shut-off.", "label": 1},
+        {"a": "Prices increased in 2020.", "b": "Prices increased in 2020.", "label": 1},
+        {"a": "The cover lasts 2 years.", "b": "Cover lasts 2 years.", "label": 1},
+        {"a": "The tank holds water.", "b": "The blue tank holds water.", "label": 1},
+    ]
+    made = reader.contradictions(pairs, limit=10, seed=0, evidence_share=1.0)
+    by_claim = {m["a"]: m for m in made}
+    assert set(by_claim) <= {p["a"] for p in pairs} and len(made) >= 3
+    assert all(m["label"] == 0 and m["source"].startswith("contradiction/evidence-") for m in made)
+    assert by_claim["The kettle has an automatic shut-off."]["b"] == "It does not have an automatic shut-off."
+    assert by_claim["Prices increased in 2020."]["b"] != "Prices increased in 2020."
+    assert "2 years" not in by_claim["The cover lasts 2 years."]["b"]
+
+
 def test_the_reader_reads_the_claim_without_its_question() -> None:
     pair = {"a": "It has a timer. (question: Does it have a timer?)", "question": " Does it have a timer? "}
     assert reader.without_question(pair)["a"] == "It has a timer."

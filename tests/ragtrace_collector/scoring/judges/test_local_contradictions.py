@@ -3,9 +3,11 @@
 ``tests/support/contradiction_suite.jsonl`` holds faithful answers and their minimally edited contradicting
 twins (negation, antonyms, numbers, dates, swapped roles, units, comparatives, quantifiers, stale values,
 entities, exclusivity, conditions), never used to train or tune the judge, scored as the faithfulness metric scores them
-(faithfulness < 1 ⇒ unfaithful). Issue 31's target is 95 balanced accuracy; the floors below are what the
-shipped models reach on its 234 items (the default cascade 56.8, the claim reader 60.7: scripts/eval_local_judge.py), so that
-no change falls back from them unnoticed. Where a claim is not supported, the judge says *contradicted* (with
+(faithfulness < 1 ⇒ unfaithful). Since the eighteenth session it is the *dev* suite (read to see what the judge
+misses); ``contradiction_suite_heldout.jsonl`` (120 more twin pairs over the same categories, other topics) was
+written blind and is the figure to report. Issue 31's target is 95 balanced accuracy; the floors below are what the
+shipped models reach (dev: the default cascade 56.8, the claim reader 66.7; held out: 55.4 and 59.6;
+scripts/eval_local_judge.py), so that no change falls back from them unnoticed. Where a claim is not supported, the judge says *contradicted* (with
 the context that states otherwise, quoted) or *not found*.
 """
 
@@ -22,8 +24,12 @@ from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.scoring.engine import evaluate_record
 from ragtrace_collector.scoring.judges.local import LocalJudge
 
-SUITE = Path(__file__).parents[3] / "support" / "contradiction_suite.jsonl"
-ITEMS = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
+SUPPORT = Path(__file__).parents[3] / "support"
+SUITES = {
+    name: [json.loads(line) for line in (SUPPORT / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("contradiction_suite", "contradiction_suite_heldout")
+}
+ITEMS = SUITES["contradiction_suite"]
 
 KETTLE = (
     "The Brevia K2 electric kettle holds 1.7 litres of water. It has an automatic shut-off that turns it off "
@@ -39,20 +45,21 @@ def judge() -> LocalJudge:
     return judge
 
 
-def _balanced_accuracy(judge: LocalJudge) -> tuple[float, dict[str, float], list[str]]:
+def _balanced_accuracy(judge: LocalJudge, suite: str) -> tuple[float, dict[str, float], list[str]]:
+    suite_items = SUITES[suite]
     flagged = {}
-    for item in ITEMS:
+    for item in suite_items:
         verdicts = _verdicts(judge, item["question"], item["context"], item["response"])
         flagged[item["id"]] = any(v.verdict != "yes" for v in verdicts)
-    unfaithful = [i for i in ITEMS if not i["faithful"]]
-    faithful = [i for i in ITEMS if i["faithful"]]
+    unfaithful = [i for i in suite_items if not i["faithful"]]
+    faithful = [i for i in suite_items if i["faithful"]]
     recall = sum(flagged[i["id"]] for i in unfaithful) / len(unfaithful)
     specificity = sum(not flagged[i["id"]] for i in faithful) / len(faithful)
     per_category = {}
-    for category in {i["category"] for i in ITEMS}:
-        items = [i for i in ITEMS if i["category"] == category]
-        per_category[category] = sum(flagged[i["id"]] != i["faithful"] for i in items) / len(items)
-    wrong = sorted(i["id"] for i in ITEMS if flagged[i["id"]] == i["faithful"])
+    for category in {i["category"] for i in suite_items}:
+        in_category = [i for i in suite_items if i["category"] == category]
+        per_category[category] = sum(flagged[i["id"]] != i["faithful"] for i in in_category) / len(in_category)
+    wrong = sorted(i["id"] for i in suite_items if flagged[i["id"]] == i["faithful"])
     return 100 * (recall + specificity) / 2, per_category, wrong
 
 
@@ -64,22 +71,38 @@ def _verdicts(judge: LocalJudge, question: str, context: str, response: str) -> 
     return asyncio.run(run())
 
 
-def test_the_suite_is_balanced_and_every_category_has_twins() -> None:
-    by_id = {item["id"]: item for item in ITEMS}
-    assert len(ITEMS) >= 200 and sum(not i["faithful"] for i in ITEMS) >= 100
-    for item in ITEMS:
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_the_suite_is_balanced_and_every_category_has_twins(suite: str) -> None:
+    items = SUITES[suite]
+    by_id = {item["id"]: item for item in items}
+    assert len(items) >= 200 and sum(not i["faithful"] for i in items) >= 100
+    for item in items:
         twin = by_id[item["twin"]]
         assert twin["twin"] == item["id"] and twin["faithful"] != item["faithful"]
         assert twin["context"] == item["context"] and item["evidence"] in item["context"]
-    categories = {item["category"] for item in ITEMS}
+    categories = {item["category"] for item in items}
     assert len(categories) >= 10
 
 
-@pytest.mark.parametrize(("model", "floor"), [(DEFAULT_LOCAL_JUDGE_MODEL, 56.0), ("reader", 60.0)])
-def test_the_suite_stays_above_the_shipped_models_floor(model: str, floor: float) -> None:
+def test_the_held_out_suite_shares_no_item_with_the_dev_suite() -> None:
+    dev, held_out = SUITES["contradiction_suite"], SUITES["contradiction_suite_heldout"]
+    assert not {i["id"] for i in dev} & {i["id"] for i in held_out}
+    assert not {i["context"] for i in dev} & {i["context"] for i in held_out}
+
+
+@pytest.mark.parametrize(
+    ("model", "suite", "floor"),
+    [
+        (DEFAULT_LOCAL_JUDGE_MODEL, "contradiction_suite", 56.0),
+        ("reader", "contradiction_suite", 66.0),
+        (DEFAULT_LOCAL_JUDGE_MODEL, "contradiction_suite_heldout", 55.0),
+        ("reader", "contradiction_suite_heldout", 59.0),
+    ],
+)
+def test_the_suite_stays_above_the_shipped_models_floor(model: str, suite: str, floor: float) -> None:
     judge = LocalJudge(model=model)
     assert judge.model_name == model, judge.fallback_reason
-    balanced, per_category, wrong = _balanced_accuracy(judge)
+    balanced, per_category, wrong = _balanced_accuracy(judge, suite)
     assert balanced >= floor, (balanced, per_category, wrong)
 
 
