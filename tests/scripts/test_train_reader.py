@@ -45,6 +45,19 @@ def test_a_number_or_number_word_is_changed() -> None:
         assert edited is not None and edited != claim and old not in edited.split()
 
 
+def test_roles_are_swapped_between_subject_and_object_or_from_and_to() -> None:
+    rng = random.Random(0)
+    assert (
+        reader._swap_roles("The tenant pays the landlord a deposit.", rng) == "The landlord pays the tenant a deposit."
+    )
+    assert (
+        reader._swap_roles("Orders are shipped from the central warehouse to regional depots.", rng)
+        == "Orders are shipped from regional depots to the central warehouse."
+    )
+    assert reader._swap_roles("A dog chased the cat.", rng) == "The cat chased a dog."
+    assert reader._swap_roles("It is sunny.", rng) is None  # no subject and object to swap: no pair made
+
+
 def test_names_are_swapped_or_replaced_from_the_context() -> None:
     rng = random.Random(3)
     claim = "Acme Corp acquired Brightwave in 2019."
