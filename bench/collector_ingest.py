@@ -26,6 +26,10 @@ generator; 170 traces = 510 spans per request, like a BatchSpanProcessor export)
    until stored (ragtrace: every trace summarised and every sampled record committed to its queue; Phoenix:
    its GraphQL span count), each against upb decoding the same bodies in this process, in the same run.
 
+6. Against another checkout (``--against-tree DIR`` alone runs only this): this checkout's collector and DIR's
+   (e.g. a copy of ``collector/`` and ``ragtrace/`` from before a change) in alternating closed-loop rounds on the
+   same bodies; spans per collector CPU-second each, against upb decoding in the same run.
+
 ``--json-out FILE`` appends the figures and their anchors for ``bench/summary.py``.
 """
 
@@ -359,12 +363,14 @@ def start_collector(
     max_pending: int,
     extra_env: dict[str, str] | None = None,
     role: str = "receiver",
+    tree: Path = REPO,
 ):
+    """A collector of checkout ``tree`` (this one by default; ``--against-tree`` names another)."""
     http, grpc_port, metrics = free_ports(3)
     env = {
         **os.environ,
         **(extra_env or {}),
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "collector")]),  # this checkout's code first
+        "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "collector")]),  # that checkout's code first
         "RAGTRACE_SAMPLING__RATE": str(sampling_rate),
         "RAGTRACE_LIMITS__MAX_PENDING_REQUESTS": str(max_pending),
         "RAGTRACE_ASSEMBLY__GRACE_SECONDS": "1.0",
@@ -581,6 +587,12 @@ def main() -> int:
         help="section 5: requests per round to Phoenix (it stores ~150 spans/s)",
     )
     ap.add_argument("--phoenix-timeout", type=float, default=900, help="section 5: seconds to wait for a round's spans")
+    ap.add_argument(
+        "--against-tree",
+        metavar="DIR",
+        help="only section 6: this checkout's collector against the one of checkout DIR (e.g. a copy of the code "
+        "before a change), alternating rounds on the same bodies (sdk unless --bodies)",
+    )
     ap.add_argument("--quick", action="store_true", help="shorter phases and fewer rounds (noisier)")
     add_json_out(ap)
     args = ap.parse_args()
@@ -589,6 +601,8 @@ def main() -> int:
         args.requests, args.phoenix_requests = min(args.requests, 20), min(args.phoenix_requests, 4)
     if args.against_phoenix:
         return against_phoenix(args)
+    if args.against_tree:
+        return against_tree(args)
     if args.journal_cost:
         return journal_cost(args)
 
@@ -765,6 +779,67 @@ def journal_cost(args: argparse.Namespace) -> int:
         )
     finally:
         for _, proc, _, _ in started:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return 0
+
+
+def against_tree(args: argparse.Namespace) -> int:
+    """Section 6: this checkout's collector against another checkout's (``--against-tree DIR``, e.g. a copy of the
+    code before a change) on the same bodies, in alternating closed-loop rounds (so machine noise falls on both):
+    spans accepted per collector CPU-second each, and each against upb decoding the same bodies in this process."""
+    bodies = args.bodies or "sdk"
+    other = Path(args.against_tree).resolve()
+    print(
+        f"== 6. this checkout against {other} ({args.rounds} alternating rounds of {args.seconds:.0f} s, {bodies}) =="
+    )
+    anchor = ceilings(bodies=bodies)[0][1]
+    print(f"  anchor: upb decode only, in this process  {anchor:>12,.0f} spans/s")
+    started = []
+    try:
+        for name, tree in (("this checkout", REPO), ("other tree", other)):
+            data_dir = tempfile.mkdtemp(prefix="ragtrace-bench-tree-")
+            proc, http, _ = start_collector(data_dir, args.sampling_rate, args.max_pending, tree=tree)
+            started.append((name, proc, f"http://127.0.0.1:{http}/v1/traces"))
+        totals = {name: [0, 0.0] for name, *_ in started}  # spans accepted, CPU seconds
+        for _, _, url in started:
+            drive(url, "closed", 2.0, args.connections, bodies=bodies)  # warm-up
+        for rnd in range(args.rounds):
+            order = started if rnd % 2 == 0 else started[::-1]  # each leads a round in turn
+            for name, proc, url in order:
+                mark: dict[str, float] = {}
+                res = drive(
+                    url,
+                    "closed",
+                    args.seconds,
+                    args.connections,
+                    bodies=bodies,
+                    on_start=lambda proc=proc, mark=mark: mark.update(cpu=proc_cpu_seconds(proc.pid)),
+                    on_end=lambda proc=proc, mark=mark: mark.update(end=proc_cpu_seconds(proc.pid)),
+                )
+                totals[name][0] += res["statuses"].get(200, 0) * res["spans_per_request"]
+                totals[name][1] += mark["end"] - mark["cpu"]
+        rate = {name: spans / max(1e-9, cpu) for name, (spans, cpu) in totals.items()}
+        for name, (spans, cpu) in totals.items():
+            print(
+                f"  {name:<14} {rate[name]:>10,.0f} spans per collector CPU-second ({spans:,} spans, {cpu:.1f} s CPU)"
+                f"   {rate[name] / anchor:.4f}x of upb decode"
+            )
+        print(f"  this checkout / other tree: {rate['this checkout'] / rate['other tree']:.2f}x")
+        emit(
+            args.json_out,
+            "collector_ingest --against-tree",
+            "spans per collector CPU-s, this checkout",
+            rate["this checkout"],
+            "spans/CPU-s",
+            "other tree",
+            rate["other tree"],
+        )
+    finally:
+        for _, proc, _ in started:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=30)

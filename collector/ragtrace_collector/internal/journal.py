@@ -74,6 +74,14 @@ def _segment_path(directory: Path, number: int) -> Path:
     return directory / f"segment-{number:012d}.log"
 
 
+def _checksum(kind: int, payload: bytes) -> int:
+    """CRC-32 of the kind byte then the payload, without copying the payload to prepend the byte."""
+    return zlib.crc32(payload, _KIND_CRC[kind])
+
+
+_KIND_CRC = tuple(zlib.crc32(bytes([kind])) for kind in range(256))  # the CRC of each kind byte (a u8)
+
+
 def read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
     """The ``(kind, payload)`` records of a segment, up to the first torn or corrupt one."""
     with open(path, "rb") as fh:
@@ -85,7 +93,7 @@ def read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
             if length > _MAX_RECORD:
                 return
             payload = fh.read(length)
-            if len(payload) < length or zlib.crc32(bytes([kind]) + payload) != crc:
+            if len(payload) < length or _checksum(kind, payload) != crc:
                 return
             yield kind, payload
 
@@ -252,9 +260,10 @@ class Journal(Component):
         error: BaseException | None = None
         try:
             self._rotate_if_due()
-            data = b"".join(
-                _HEADER.pack(len(a.payload), zlib.crc32(bytes([a.kind]) + a.payload), a.kind) + a.payload for a in batch
-            )
+            parts: list[bytes] = []
+            for a in batch:  # one copy of each payload, into the batch's one write
+                parts += (_HEADER.pack(len(a.payload), _checksum(a.kind, a.payload), a.kind), a.payload)
+            data = b"".join(parts)
             self._fh.write(data)
             if self.sync:
                 os.fsync(self._fh.fileno())

@@ -121,6 +121,25 @@ def _text_bytes(text: str) -> int:
     return len(text) if text.isascii() else sys.getsizeof(text)
 
 
+# Attribute key -> what keeping it costs in ``nbytes`` beyond its value (its text and the slot), or -1 when its
+# prefix is not kept. Spans repeat the same few dozen keys, so one dict lookup replaces a prefix scan and a
+# size check per attribute; bounded in keys and in key length, since clients choose the keys (one not cached is
+# scanned anew each time).
+_KEY_COSTS: dict[str, int] = {}
+_KEY_COSTS_MAX = 4096
+_KEY_COSTS_MAX_CHARS = 200
+
+
+def _key_cost(key: str) -> int:
+    """What keeping attribute ``key`` costs beyond its value, or -1 when its prefix is not kept (cached)."""
+    cost = _KEY_COSTS.get(key)
+    if cost is None:
+        cost = _text_bytes(key) + _ATTR_OVERHEAD if key.startswith(KEPT_PREFIXES) else -1
+        if len(_KEY_COSTS) < _KEY_COSTS_MAX and len(key) <= _KEY_COSTS_MAX_CHARS:
+            _KEY_COSTS[key] = cost
+    return cost
+
+
 def any_value(v: Any) -> Any:
     """An OTLP ``AnyValue`` as a Python value (arrays → list, kvlists → dict)."""
     kind = v.WhichOneof("value")
@@ -157,7 +176,7 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
     """Walk a decoded request once, keeping the interesting attributes of every valid span."""
     out = DecodedRequest()
     traces = out.traces
-    prefixes = KEPT_PREFIXES
+    key_costs = _KEY_COSTS
     accepted = 0
     last_tid: bytes | None = None  # None, not b"": an empty first trace id must be checked like any other
     trace_hex = ""
@@ -212,18 +231,19 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                     nbytes += service_bytes
                 for kv in sp.attributes:
                     key = kv.key
-                    if key.startswith(prefixes):
-                        value = kv.value
-                        text = value.string_value  # most values are strings: skip the oneof dispatch
-                        if text:
-                            attrs[key] = text
-                            if key.isascii() and text.isascii():
-                                nbytes += len(key) + len(text) + _ATTR_OVERHEAD
-                            else:
-                                nbytes += _text_bytes(key) + _text_bytes(text) + _ATTR_OVERHEAD
-                        else:
-                            attrs[key] = kept = any_value(value)
-                            nbytes += _text_bytes(key) + _value_bytes(kept) + _ATTR_OVERHEAD
+                    cost = key_costs.get(key)
+                    if cost is None:
+                        cost = _key_cost(key)
+                    if cost < 0:
+                        continue
+                    value = kv.value
+                    text = value.string_value  # most values are strings: skip the oneof dispatch
+                    if text:
+                        attrs[key] = text
+                        nbytes += cost + (len(text) if text.isascii() else sys.getsizeof(text))
+                    else:
+                        attrs[key] = kept = any_value(value)
+                        nbytes += cost + _value_bytes(kept)
                 events: list[tuple[str, dict[str, Any]]] = []
                 bad_time = None
                 if len(sp.events):
