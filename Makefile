@@ -71,6 +71,7 @@ train-judge-distil: install
 	$(PY) scripts/train_reader.py export
 	$(PY) scripts/train_reader.py calibrate
 	$(PY) scripts/train_reader.py install
+	$(PY) scripts/train_reader.py stack
 
 test-deps:
 	@bash scripts/install_test_deps.sh --require

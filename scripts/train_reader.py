@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "collector"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import train_cross_encoder as CE  # noqa: E402
-from train_local_judge import auroc, balanced_accuracy  # noqa: E402
+from train_local_judge import auroc, balanced_accuracy, claim_labels, load  # noqa: E402
 
 from ragtrace_collector.scoring.embeddings import sha256_of  # noqa: E402
 from ragtrace_collector.scoring.judges.local import features as F  # noqa: E402
@@ -536,6 +536,158 @@ def unpack(args: argparse.Namespace) -> None:
     print(json.dumps({k: v for k, v in info.items() if k != "training_sources"}, indent=1))
 
 
+# the stack: how the reader's doubt and the conflict rules overrule the cascade ----------------------------------
+STACK_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+
+
+def _stack_records(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Each calibration record's claims as the installed reader judges them: the cascade's P, the reader's P and
+    the stack's features; RAGTruth/HaluEval calibration responses and calibration minimal pairs (one-edit
+    contradictions of calibration-slice pairs, with and without their edit: neither the reader nor the cascade
+    trained on them)."""
+    from ragtrace_collector.scoring.judges.local import LocalJudge
+    from ragtrace_collector.scoring.judges.local import text as T
+    from ragtrace_collector.scoring.judges.local.judge import _conflict_kind
+    from ragtrace_collector.scoring.judges.local.reader import stack_features, window_coverage
+
+    judge = LocalJudge(model="reader")
+    judge.warm_up()
+    assert judge.reader is not None
+    encoder = judge.reader.encoder()
+
+    def record(question: str, response: str, contexts: list[str], y: int, row: dict | None = None) -> dict | None:
+        spans = T.claims(response)
+        claims = [c.text for c in spans]
+        if not claims:
+            return None
+        scored, threshold = judge._cascade_support(claims, contexts, question)
+        index = judge._index(contexts)
+        pairs = [
+            claim_pair(c, "", index, support.best_sentence, args.windows) for c, (_, support) in zip(claims, scored)
+        ]
+        p = np.asarray([q for q, _ in scored])
+        r = encoder.predict(pairs)
+        x = stack_features(
+            p,
+            r,
+            [window_coverage(a, b) for a, b in pairs],
+            [len(c.split()) for c in claims],
+            [_conflict_kind(c, support.best_sentence, index) for c, (_, support) in zip(claims, scored)],
+        )
+        out = {"p": p, "x": x, "threshold": threshold, "y": y}
+        if row is not None and row.get("spans") is not None:
+            out["claim_y"] = [None if v is None else 1 - int(v) for v in claim_labels(row, spans)]
+        return out
+
+    found: dict[str, list[dict]] = {"ragtruth": [], "minimal": []}
+    for row in load(args.data, CE.RAGTRUTH):
+        if CE.part_of(row) == "calib":
+            rec = record(row["user_input"], row["response"], row["retrieved_contexts"], int(row["hallucinated"]), row)
+            if rec is not None:
+                found["ragtruth"].append(rec)
+    calib = [p for p in _read("support.jsonl") if p["part"] == "calib" and p["label"] == 1 and p["b"]]
+    calib += [without_question(p) for p in _read("pairs.jsonl") if p["part"] == "calib" and p["label"] == 1 and p["b"]]
+    made = contradictions(calib, args.stack_pairs, seed=7, evidence_share=0.4, roles=True)
+    random.Random(7).shuffle(calib)
+    for p, y in [(p, 1) for p in made] + [(p, 0) for p in calib[: args.stack_pairs]]:
+        rec = record("", p["a"], [p["b"]], y)
+        if rec is not None:
+            found["minimal"].append(rec)
+    return found
+
+
+def _claim_rows(records: list[dict], by_claim: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels (1 = unsupported) of the claims the cascade finds supported: RAGTruth's claims by their
+    span labels, the minimal pairs' one-claim records by the record's."""
+    xs, ys = [], []
+    for rec in records:
+        for i in np.flatnonzero(rec["p"] >= rec["threshold"]):
+            if by_claim:
+                label = (rec.get("claim_y") or [None] * len(rec["p"]))[i]
+            else:
+                label = rec["y"] if len(rec["p"]) == 1 else None
+            if label is not None:
+                xs.append(rec["x"][i])
+                ys.append(label)
+    return np.asarray(xs), np.asarray(ys)
+
+
+def _fit_stack(ragtruth: list[dict], minimal: list[dict]) -> Any:
+    from sklearn.linear_model import LogisticRegression
+
+    xa, ya = _claim_rows(ragtruth, True)
+    xb, yb = _claim_rows(minimal, False)
+    weights = np.concatenate([np.full(len(ya), 0.5 / len(ya)), np.full(len(yb), 0.5 / len(yb))]) * (len(ya) + len(yb))
+    return LogisticRegression(C=1.0, max_iter=2000).fit(
+        np.vstack([xa, xb]), np.concatenate([ya, yb]), sample_weight=weights
+    )
+
+
+def _flagged(records: list[dict], model: Any, threshold: float) -> np.ndarray:
+    """Each record hallucinated (faithfulness < 1) under the stack: a claim the cascade refuses, or one it supports
+    whose stack P(unsupported) reaches ``threshold``."""
+    out = []
+    for rec in records:
+        supported = rec["p"] >= rec["threshold"]
+        if supported.any():
+            supported[supported] = model.predict_proba(rec["x"][supported])[:, 1] < threshold
+        out.append(int(not supported.all()))
+    return np.asarray(out)
+
+
+def stack(args: argparse.Namespace) -> None:
+    """Fit the installed reader's stack (``reader.py`` ``ReaderStack``) and write it into ``reader.json``: the
+    threshold by two-fold cross-validation on the calibration records (the best mean of the RAGTruth responses' and
+    the minimal pairs' balanced accuracy, faithfulness < 1 ⇒ hallucinated), then the coefficients on all of them."""
+    from ragtrace_collector.scoring.judges.local.reader import STACK_FEATURES
+
+    found = _stack_records(args)
+    rng = np.random.default_rng(0)
+    folds = {name: rng.integers(0, 2, len(records)) for name, records in found.items()}
+    grid = {t: [] for t in STACK_THRESHOLDS}
+    for k in (0, 1):
+        part = {name: [r for r, f in zip(records, folds[name]) if f != k] for name, records in found.items()}
+        held = {name: [r for r, f in zip(records, folds[name]) if f == k] for name, records in found.items()}
+        model = _fit_stack(part["ragtruth"], part["minimal"])
+        for t in STACK_THRESHOLDS:
+            grid[t].append(
+                [
+                    balanced_accuracy(np.asarray([r["y"] for r in held[n]]), _flagged(held[n], model, t))
+                    for n in ("ragtruth", "minimal")
+                ]
+            )
+    rows = [
+        {
+            "threshold": t,
+            "ragtruth_bacc": round(float(np.mean([v[0] for v in grid[t]])), 4),
+            "minimal_bacc": round(float(np.mean([v[1] for v in grid[t]])), 4),
+        }
+        for t in STACK_THRESHOLDS
+    ]
+    for row in rows:
+        row["mean"] = round((row["ragtruth_bacc"] + row["minimal_bacc"]) / 2, 4)
+    best = max(rows, key=lambda row: row["mean"])
+    model = _fit_stack(found["ragtruth"], found["minimal"])
+    data = json.loads(READER_PARAMS_PATH.read_text())
+    data["stack"] = {
+        "features": list(STACK_FEATURES),
+        "coef": [round(float(c), 6) for c in model.coef_[0]],
+        "intercept": round(float(model.intercept_[0]), 6),
+        "threshold": best["threshold"],
+        "rule": "the threshold with the best mean of the calibration RAGTruth responses' and minimal pairs' balanced"
+        " accuracy, two-fold cross-validated; then fitted on all of them (logistic regression, each source half"
+        " the weight)",
+        "calibration": {
+            "ragtruth_responses": len(found["ragtruth"]),
+            "minimal_records": len(found["minimal"]),
+            "minimal_pairs_made": args.stack_pairs,
+            "grid": rows,
+        },
+    }
+    READER_PARAMS_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["stack"], indent=1))
+
+
 def _counts(pairs: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in pairs:
@@ -655,7 +807,9 @@ def install(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     global WORK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("prepare", "fit", "export", "calibrate", "install", "all", "pack", "unpack"))
+    parser.add_argument(
+        "step", choices=("prepare", "fit", "export", "calibrate", "install", "all", "pack", "unpack", "stack")
+    )
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--windows", type=int, default=1, help="context sentences per claim")
@@ -668,6 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--evidence-share", type=float, default=0.0, help="the share of made contradictions that edit the evidence"
     )
+    parser.add_argument("--stack-pairs", type=int, default=3000, help="stack: calibration minimal pairs to make")
     parser.add_argument("--roles", type=int, default=0, help="pack: add N pairs with swapped roles and their sources")
     parser.add_argument("--replay", type=int, default=0, help="pack: keep a random N of the other pairs (0: all)")
     parser.add_argument("--pack-dir", type=Path, default=ROOT / ".gpu", help="pack: the folder to send to a GPU")
@@ -684,10 +839,10 @@ def main(argv: list[str] | None = None) -> int:
     WORK = args.work
     CE.WORK = args.work
     WORK.mkdir(parents=True, exist_ok=True)
-    steps = ("prepare", "fit", "export", "calibrate", "install") if args.step == "all" else (args.step,)
+    steps = ("prepare", "fit", "export", "calibrate", "install", "stack") if args.step == "all" else (args.step,)
     for step in steps:
         steps_by_name = {"prepare": prepare, "fit": fit, "export": export, "calibrate": calibrate, "install": install}
-        {**steps_by_name, "pack": pack, "unpack": unpack}[step](args)
+        {**steps_by_name, "pack": pack, "unpack": unpack, "stack": stack}[step](args)
     return 0
 
 

@@ -13,7 +13,14 @@ from ragtrace_collector.scoring.judges.local import LocalJudge
 from ragtrace_collector.scoring.judges.local.conflicts import STATES_OTHERWISE, claim_conflict, quote
 from ragtrace_collector.scoring.judges.local.cross_encoder import CrossEncoderError
 from ragtrace_collector.scoring.judges.local.features import ContextIndex
-from ragtrace_collector.scoring.judges.local.reader import READER_PARAMS_PATH, ReaderParams
+from ragtrace_collector.scoring.judges.local.reader import (
+    READER_PARAMS_PATH,
+    STACK_FEATURES,
+    ReaderParams,
+    ReaderStack,
+    stack_features,
+    window_coverage,
+)
 from tests.support.pair_scorer import FixedPairScorer
 
 CONTEXTS = [
@@ -68,6 +75,62 @@ def test_the_shipped_parameters_load_and_the_reader_only_takes_support_away(tmp_
         model="reader", reader_params_path=str(reader_file(tmp_path, veto=0.9)), reader=FixedPairScorer(0.5)
     )
     assert judge.model_name == "features" and "veto" in (judge.fallback_reason or "")  # above the verdict threshold
+
+
+# the stack ----------------------------------------------------------------------------------
+def _stack(coef: dict[str, float], intercept: float, threshold: float = 0.6) -> dict:
+    return {
+        "features": list(STACK_FEATURES),
+        "coef": [coef.get(f, 0.0) for f in STACK_FEATURES],
+        "intercept": intercept,
+        "threshold": threshold,
+    }
+
+
+def test_the_stack_s_features_are_written_once_in_their_order() -> None:
+    x = stack_features([0.9, 0.8], [0.5, 0.1], [1.0, 0.5], [10, 80], ["", "negation"])
+    row = dict(zip(STACK_FEATURES, x[1]))
+    assert x.shape == (2, len(STACK_FEATURES))
+    assert row["logit_reader"] == pytest.approx(np.log(0.1 / 0.9)) and row["coverage"] == 0.5
+    assert row["claim_words_40"] == 1.0 and row["conflict_negation"] == 1.0 and row["conflict_number"] == 0.0
+    assert row["logit_reader_if_conflict"] == row["logit_reader"]  # a sentence states otherwise: the doubt counts
+    assert dict(zip(STACK_FEATURES, x[0]))["logit_reader_if_conflict"] == 0.0
+    assert window_coverage("The kettle does not boil.", "The kettle boils quickly.") < 1.0
+    assert window_coverage("The kettle is blue.", "Our blue kettle is quiet.") == 1.0
+    assert window_coverage("The kettle is blue.", "Prices rose in March.") == 0.0
+
+
+def test_the_stack_only_takes_support_away_and_refuses_other_features() -> None:
+    stack = ReaderStack.from_dict(_stack({"conflict_negation": 10.0}, -5.0))
+    features = stack_features([0.9, 0.9, 0.3], [0.5, 0.5, 0.5], [1, 1, 1], [5, 5, 5], ["", "negation", "negation"])
+    p = stack.overrule(np.asarray([0.9, 0.9, 0.3]), features, threshold=0.63)
+    assert p[0] == 0.9 and p[1] < 0.63 and p[2] == pytest.approx(min(0.3, 1 - stack.unsupported(features)[2]))
+    with pytest.raises(ValueError, match="features"):
+        ReaderStack.from_dict(_stack({}, 0.0) | {"features": ["logit_reader"]})
+    with pytest.raises(ValueError, match="range"):
+        ReaderStack.from_dict(_stack({}, 0.0, threshold=1.0))
+
+
+async def test_with_a_stack_a_stated_conflict_and_the_reader_s_doubt_decide(tmp_path: Path) -> None:
+    """The veto no longer decides: an unsure reader (0.31, above any veto) with a context sentence that says "not"
+    is overruled where the stack says so; the same doubt without a conflict is not."""
+    context = ["The Brevia K2 kettle has an automatic shut-off that turns it off when the water boils."]
+    claims = ["The Brevia K2 kettle does not have an automatic shut-off.", "The Brevia K2 kettle has a shut-off."]
+    coef = {"logit_reader_if_conflict": -2.0, "conflict_negation": 1.0}
+    path = reader_file(tmp_path, veto=0.05, stack=_stack(coef, -1.0, threshold=0.5))
+    judge = LocalJudge(model="reader", reader_params_path=str(path), reader=FixedPairScorer(0.31))
+    plain = await LocalJudge(model="cascade").verify_claims(claims, context, "")
+    verdicts = await judge.verify_claims(claims, context, "")
+    assert [v.verdict for v in plain] == ["yes", "yes"]
+    assert [v.verdict for v in verdicts] == ["no", "yes"], verdicts
+    assert verdicts[0].reason.startswith("contradicted by context #1:")
+
+
+def test_the_shipped_reader_has_a_stack_fitted_on_calibration_records() -> None:
+    shipped = ReaderParams.load()
+    assert shipped.stack is not None and 0.5 <= shipped.stack.threshold < 1.0
+    calibration = shipped.raw["stack"]["calibration"]
+    assert calibration["ragtruth_responses"] > 400 and calibration["minimal_records"] > 5000
 
 
 async def test_the_reader_falls_back_to_features_when_its_file_is_missing_or_altered(

@@ -109,7 +109,7 @@ from .cross_encoder import (
 )
 from .features import FEATURE_NAMES, ClaimSupport, ContextIndex, claim_features
 from .model import LocalJudgeParams
-from .reader import ReaderParams
+from .reader import ReaderParams, stack_features, window_coverage
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -349,7 +349,19 @@ class LocalJudge(
         windows = stage.params.windows
         # The claim alone, without its question: the reader judges what the claim says.
         pairs = [claim_pair(claims[i], "", index, scored[i][1].best_sentence, windows) for i in read]
-        probs[read] = stage.params.overrule(probs[read], encoder.predict(pairs))
+        p_reader = encoder.predict(pairs)
+        stack = stage.params.stack
+        if stack is None:
+            probs[read] = stage.params.overrule(probs[read], p_reader)
+        else:
+            features = stack_features(
+                probs[read],
+                p_reader,
+                [window_coverage(claim, window) for claim, window in pairs],
+                [len(claims[i].split()) for i in read],
+                [_conflict_kind(claims[i], scored[i][1].best_sentence, index) for i in read],
+            )
+            probs[read] = stack.overrule(probs[read], features, threshold)
         return [(float(p), row) for p, (_, row) in zip(probs, scored)], threshold
 
     def _claim_support(
@@ -541,6 +553,12 @@ class _Stage(Generic[P]):
 def _require_file(params: EncoderFiles, given: PairScorer | None, what: str) -> None:
     if given is None and not params.model_path().is_file():
         raise CrossEncoderError(f"{what} model file not found: {params.model_path()}")
+
+
+def _conflict_kind(claim: str, best_sentence: str | None, index: ContextIndex) -> str:
+    """The kind of conflict a context sentence shows with ``claim`` (:mod:`conflicts`), ``""`` for none."""
+    conflict = claim_conflict(claim, best_sentence, index)
+    return conflict.kind if conflict is not None else ""
 
 
 def _supported_reason(p: float, row: ClaimSupport, index: ContextIndex) -> str:
