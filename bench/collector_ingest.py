@@ -486,6 +486,30 @@ def _load_process(urls, mode, seconds, concurrency, rate, out, bodies, requests,
     asyncio.run(_load(urls, mode, seconds, concurrency, rate, out, bodies, requests, retry_after))
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not stopped within 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def drive_timing_cpu(url: str, seconds: float, connections: int, bodies: str, pid: int) -> tuple[dict, float, float]:
+    """A closed-loop run and the server process's CPU seconds read as the load starts and as it ends."""
+    mark: dict[str, float] = {}
+    res = drive(
+        url,
+        "closed",
+        seconds,
+        connections,
+        bodies=bodies,
+        on_start=lambda: mark.update(start=proc_cpu_seconds(pid)),
+        on_end=lambda: mark.update(end=proc_cpu_seconds(pid)),
+    )
+    return res, mark["start"], mark["end"]
+
+
 def drive(
     url: str | list[str],
     mode: str,
@@ -619,17 +643,7 @@ def main() -> int:
         rss_start = proc_rss_mb(proc.pid)
         bodies = args.bodies or "template"
         drive(url, "closed", 2.0, args.connections, bodies=bodies)  # warm-up
-        mark: dict[str, float] = {}
-        res = drive(
-            url,
-            "closed",
-            args.seconds,
-            args.connections,
-            bodies=bodies,
-            on_start=lambda: mark.update(cpu=proc_cpu_seconds(proc.pid)),
-            on_end=lambda: mark.update(cpu_end=proc_cpu_seconds(proc.pid)),
-        )
-        cpu0, cpu1 = mark["cpu"], mark["cpu_end"]
+        res, cpu0, cpu1 = drive_timing_cpu(url, args.seconds, args.connections, bodies, proc.pid)
         ok = res["statuses"].get(200, 0)
         spans_ok = ok * res["spans_per_request"]
         wall_rate = spans_ok / res["elapsed"]
@@ -726,11 +740,7 @@ def main() -> int:
         for line in lines:
             print("  " + line)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
     print()
     return journal_cost(args)
 
@@ -779,11 +789,7 @@ def journal_cost(args: argparse.Namespace) -> int:
         )
     finally:
         for _, proc, _, _ in started:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
     return 0
 
 
@@ -810,18 +816,9 @@ def against_tree(args: argparse.Namespace) -> int:
         for rnd in range(args.rounds):
             order = started if rnd % 2 == 0 else started[::-1]  # each leads a round in turn
             for name, proc, url in order:
-                mark: dict[str, float] = {}
-                res = drive(
-                    url,
-                    "closed",
-                    args.seconds,
-                    args.connections,
-                    bodies=bodies,
-                    on_start=lambda proc=proc, mark=mark: mark.update(cpu=proc_cpu_seconds(proc.pid)),
-                    on_end=lambda proc=proc, mark=mark: mark.update(end=proc_cpu_seconds(proc.pid)),
-                )
+                res, cpu0, cpu1 = drive_timing_cpu(url, args.seconds, args.connections, bodies, proc.pid)
                 totals[name][0] += res["statuses"].get(200, 0) * res["spans_per_request"]
-                totals[name][1] += mark["end"] - mark["cpu"]
+                totals[name][1] += cpu1 - cpu0
         rate = {name: spans / max(1e-9, cpu) for name, (spans, cpu) in totals.items()}
         for name, (spans, cpu) in totals.items():
             print(
@@ -840,11 +837,7 @@ def against_tree(args: argparse.Namespace) -> int:
         )
     finally:
         for _, proc, _ in started:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
     return 0
 
 
@@ -900,11 +893,7 @@ class RagtraceTarget:
         return int(row[0]) if row else 0
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
 
 
 class PhoenixTarget:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pair_classifier import PairClassifier
 
 PIECE_BYTES = 15_000_000
 
@@ -50,24 +51,6 @@ def pretrained_state(pack: Path) -> dict[str, torch.Tensor]:
         else:
             state[name] = value.float()
     return state
-
-
-class PairClassifier(torch.nn.Module):
-    """BERT encoder, mean pooling over the attention mask, one logit: ``train_cross_encoder._encoder_class``."""
-
-    def __init__(self, encoder: Any) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.dropout = torch.nn.Dropout(0.1)
-        self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
-
-    def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-        hidden = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return self.head(self.dropout(pooled)).squeeze(-1)
 
 
 def build(pack: Path, layers: int, state: dict[str, torch.Tensor]) -> PairClassifier:
@@ -305,23 +288,32 @@ def main(argv: list[str] | None = None) -> int:
         blob = b"".join((args.student_init / name).read_bytes() for name in earlier["pieces"])
         student.load_state_dict({k: v.float() for k, v in torch.load(io.BytesIO(blob)).items()})
         report["student_init"] = {"from": str(args.student_init), "teacher": earlier.get("teacher")}
-    report["student"] = {"layers": args.student_layers} | fit(
-        student,
-        train,
-        seconds=args.student_seconds,
-        max_epochs=args.student_epochs,
-        batch=args.batch,
-        lr=args.student_lr,
-        device=args.device,
-        name="student",
-    )
-    report["student"]["calibration"] = figures(calib_pairs, predict(student, calib, args.device))
-    print(json.dumps(report["student"]["calibration"]["all"]), flush=True)
+    report["student"] = fit_and_score(args, "student", student, train, calib_pairs, calib)
     report["pieces"] = save_pieces(student, args.out, "student")
     report["seconds"] = round(time.time() - started, 1)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1), flush=True)
     return 0
+
+
+def fit_and_score(
+    args: argparse.Namespace, role: str, model: PairClassifier, train: Encoded, calib_pairs: list[dict], calib: Encoded
+) -> dict[str, Any]:
+    """Fit the teacher or the student with its own ``--<role>-*`` options; its record with its calibration figures."""
+    options = vars(args)
+    record = {"layers": options[f"{role}_layers"]} | fit(
+        model,
+        train,
+        seconds=options[f"{role}_seconds"],
+        max_epochs=options[f"{role}_epochs"],
+        batch=args.batch,
+        lr=options[f"{role}_lr"],
+        device=args.device,
+        name=role,
+    )
+    record["calibration"] = figures(calib_pairs, predict(model, calib, args.device))
+    print(json.dumps(record["calibration"]["all"]), flush=True)
+    return record
 
 
 def distil(
@@ -334,18 +326,7 @@ def distil(
 ) -> None:
     """Train the teacher, then set the student's targets: ``--distil`` of the teacher's P, the rest the label."""
     teacher = build(args.pack, args.teacher_layers, state)
-    report["teacher"] = {"layers": args.teacher_layers} | fit(
-        teacher,
-        train,
-        seconds=args.teacher_seconds,
-        max_epochs=args.teacher_epochs,
-        batch=args.batch,
-        lr=args.teacher_lr,
-        device=args.device,
-        name="teacher",
-    )
-    report["teacher"]["calibration"] = figures(calib_pairs, predict(teacher, calib, args.device))
-    print(json.dumps(report["teacher"]["calibration"]["all"]), flush=True)
+    report["teacher"] = fit_and_score(args, "teacher", teacher, train, calib_pairs, calib)
     p_teacher = predict(teacher, train, args.device)
     train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
     report["teacher"]["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)

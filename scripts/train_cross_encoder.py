@@ -201,24 +201,8 @@ def _pair_tokenizer(max_tokens: int) -> Any:
 
 
 def _encoder_class() -> Any:
-    import torch
-
-    class PairClassifier(torch.nn.Module):
-        """BERT encoder, mean pooling over the attention mask (as the pretrained model), one logit."""
-
-        def __init__(self, encoder: Any) -> None:
-            super().__init__()
-            self.encoder = encoder
-            self.dropout = torch.nn.Dropout(0.1)
-            self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            hidden = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return self.head(self.dropout(pooled)).squeeze(-1)
+    """:class:`pair_classifier.PairClassifier`, imported when asked for: torch is only in the ``train`` extra."""
+    from pair_classifier import PairClassifier
 
     return PairClassifier
 
