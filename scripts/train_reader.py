@@ -641,6 +641,9 @@ def stack(args: argparse.Namespace) -> None:
     the minimal pairs' balanced accuracy, faithfulness < 1 ⇒ hallucinated), then the coefficients on all of them."""
     from ragtrace_collector.scoring.judges.local.reader import STACK_FEATURES
 
+    data = json.loads(READER_PARAMS_PATH.read_text())
+    if data.pop("stack", None) is not None:  # the records are read without it (and an old one may not load)
+        READER_PARAMS_PATH.write_text(json.dumps(data, indent=1) + "\n")
     found = _stack_records(args)
     rng = np.random.default_rng(0)
     folds = {name: rng.integers(0, 2, len(records)) for name, records in found.items()}
@@ -668,7 +671,6 @@ def stack(args: argparse.Namespace) -> None:
         row["mean"] = round((row["ragtruth_bacc"] + row["minimal_bacc"]) / 2, 4)
     best = max(rows, key=lambda row: row["mean"])
     model = _fit_stack(found["ragtruth"], found["minimal"])
-    data = json.loads(READER_PARAMS_PATH.read_text())
     data["stack"] = {
         "features": list(STACK_FEATURES),
         "coef": [round(float(c), 6) for c in model.coef_[0]],

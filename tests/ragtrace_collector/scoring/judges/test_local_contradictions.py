@@ -6,7 +6,7 @@ entities, exclusivity, conditions), never used to train or tune the judge, score
 (faithfulness < 1 ⇒ unfaithful). Since the eighteenth session it is the *dev* suite (read to see what the judge
 misses); ``contradiction_suite_heldout.jsonl`` (120 more twin pairs over the same categories, other topics) was
 written blind and is the figure to report. Issue 31's target is 95 balanced accuracy; the floors below are what the
-shipped models reach (dev: the default cascade 56.8, the claim reader 70.9; held out: 55.4 and 64.6;
+shipped models reach (dev: the default cascade 56.8, the claim reader 72.7; held out: 55.4 and 65.4;
 scripts/eval_local_judge.py), so that no change falls back from them unnoticed. Where a claim is not supported, the judge says *contradicted* (with
 the context that states otherwise, quoted) or *not found*.
 """
@@ -94,9 +94,9 @@ def test_the_held_out_suite_shares_no_item_with_the_dev_suite() -> None:
     ("model", "suite", "floor"),
     [
         (DEFAULT_LOCAL_JUDGE_MODEL, "contradiction_suite", 56.0),
-        ("reader", "contradiction_suite", 70.0),
+        ("reader", "contradiction_suite", 72.0),
         (DEFAULT_LOCAL_JUDGE_MODEL, "contradiction_suite_heldout", 55.0),
-        ("reader", "contradiction_suite_heldout", 64.0),
+        ("reader", "contradiction_suite_heldout", 65.0),
     ],
 )
 def test_the_suite_stays_above_the_shipped_models_floor(model: str, suite: str, floor: float) -> None:

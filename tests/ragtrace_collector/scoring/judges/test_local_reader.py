@@ -152,7 +152,8 @@ async def test_the_reader_falls_back_to_features_when_its_file_is_missing_or_alt
 # conflicts ----------------------------------------------------------------------------------
 CONTEXT = (
     "The Brevia K2 kettle holds 1.7 litres. It has an automatic shut-off. The motor is covered for two years. "
-    "Prices rose in March. The kettle was designed by Anna Berg."
+    "Prices rose in March. The kettle was designed by Anna Berg. Demand for the kettle increased in spring. "
+    "The K2 cost $40 until March 2024. The retailer pays the distributor a fee of 3 percent."
 )
 
 
@@ -165,6 +166,10 @@ CONTEXT = (
         ("Prices fell in March.", "antonym", "rose"),
         ("Prices rose in October.", "date", "March"),
         ("The kettle was designed by Tom Reilly.", "name", "Anna Berg"),
+        ("Demand for the kettle decreases in spring.", "antonym", "increased"),  # inflections of -e words meet
+        ("The Brevia K2 kettle holds 1.7 ml.", "unit", "1.7 litres"),
+        ("The K2 now costs $40.", "stale", "until"),
+        ("The distributor pays the retailer a fee of 3 percent.", "order", "pays"),
     ],
 )
 def test_a_context_sentence_that_states_otherwise_is_found_and_quoted(claim: str, kind: str, quoted: str) -> None:
@@ -180,6 +185,9 @@ def test_a_context_sentence_that_states_otherwise_is_found_and_quoted(claim: str
         "The Brevia K2 kettle has an automatic shut-off.",
         "The motor is covered for two years.",
         "The kettle is sold in Japan by Tanaka Retail.",  # not about anything the context says: not found
+        "The Brevia K2 kettle holds 1.7 l.",  # one unit however written
+        "The retailer pays the distributor a fee of 3 percent.",
+        "A fee of 3 percent is paid to the distributor by the retailer.",  # the passive is not a swap
     ],
 )
 def test_no_conflict_where_the_context_agrees_or_is_silent(claim: str) -> None:

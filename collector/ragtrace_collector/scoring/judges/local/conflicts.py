@@ -9,7 +9,10 @@ the claim's content words) and
 * differs in negation ("has" / "does not have"), or
 * states another number, month or unit where the claim states one ("two years" / "five-year"), or
 * uses the opposite word (a small antonym table: "increases" / "decreases", "before" / "after"), or
+* states a value as current where the sentence says it was ("now costs $10" / "cost $10 until March"), or
 * names another person, place or product where the claim names one not in the contexts, or
+* has the same words on either side of a verb the other way round ("the tenant pays the landlord" / "the
+  landlord pays the tenant": swapped roles), or
 * contains every content word of the claim and still does not support it (swapped roles, quantifiers).
 
 What it returns quotes the sentence around the conflicting words, for the explanation a user reads
@@ -148,11 +151,59 @@ _ANTONYM_PAIRS = (
     ("permanent", "temporary"),
     ("increase", "drop"),
     ("up", "down"),
+    ("upstream", "downstream"),
+    ("hotter", "colder"),
+    ("warmer", "cooler"),
+    ("upper", "lower"),
+    ("inbound", "outbound"),
 )
 ANTONYMS: dict[str, frozenset[str]] = {}
 for _a, _b in _ANTONYM_PAIRS:
     for _x, _y in ((_a, _b), (_b, _a), (T.stem(_a), T.stem(_b)), (T.stem(_b), T.stem(_a))):
         ANTONYMS[_x] = ANTONYMS.get(_x, frozenset()) | {_y}
+
+
+def _base(word: str) -> str:
+    """The form antonyms are matched in: stemmed, and without the final e that the stemmer keeps on "increase"
+    but strips with the s of "increases" (so that every inflection of a word meets its opposite's)."""
+    return T.stem(word).removesuffix("e")
+
+
+_ANTONYM_BASES: dict[str, frozenset[str]] = {}
+for _a, _b in _ANTONYM_PAIRS:
+    for _x, _y in ((_a, _b), (_b, _a)):
+        _ANTONYM_BASES[_base(_x)] = _ANTONYM_BASES.get(_base(_x), frozenset()) | {_base(_y)}
+
+# One name for each unit however it is written, so that "2 L" and "2 litres" agree and "23 kg" and "23 pounds" do not.
+_UNIT_NAMES = {
+    "kilometre": ("km", "kilometre", "kilometres", "kilometer", "kilometers"),
+    "metre": ("m", "metre", "metres", "meter", "meters"),
+    "centimetre": ("cm", "centimetre", "centimetres", "centimeter", "centimeters"),
+    "millimetre": ("mm", "millimetre", "millimetres", "millimeter", "millimeters"),
+    "mile": ("mi", "mile", "miles"),
+    "inch": ("in", "inch", "inches"),
+    "foot": ("ft", "foot", "feet"),
+    "gram": ("g", "gram", "grams", "gramme", "grammes"),
+    "kilogram": ("kg", "kgs", "kilogram", "kilograms", "kilo", "kilos"),
+    "milligram": ("mg", "milligram", "milligrams"),
+    "pound": ("lb", "lbs", "pound", "pounds"),
+    "ounce": ("oz", "ounce", "ounces"),
+    "litre": ("l", "litre", "litres", "liter", "liters"),
+    "millilitre": ("ml", "millilitre", "millilitres", "milliliter", "milliliters"),
+    "gallon": ("gallon", "gallons"),
+    "celsius": ("c", "celsius", "centigrade"),
+    "fahrenheit": ("f", "fahrenheit"),
+    "kilobyte": ("kb", "kilobyte", "kilobytes"),
+    "megabyte": ("mb", "megabyte", "megabytes"),
+    "gigabyte": ("gb", "gigabyte", "gigabytes"),
+    "terabyte": ("tb", "terabyte", "terabytes"),
+}
+_UNIT_NAME = {form: name for name, forms in _UNIT_NAMES.items() for form in forms}
+_WEEKDAY = re.compile(r"\b(mon|tues|wednes|thurs|fri|satur|sun)days?\b", re.I)
+_NOW = frozenset(["now", "currently", "current", "presently", "present", "today", "still", "nowadays"])
+_BEFORE_NOW = re.compile(
+    r"\b(?:until|till|used to|formerly|previously|no longer|was once|were once|ended|from \d{4} to \d{4})\b", re.I
+)
 
 _UNITS = frozenset(
     [
@@ -236,13 +287,14 @@ _UNITS = frozenset(
         "pence",
         "cents",
         "per",
+        *_UNIT_NAME,
     ]
 )
 _NEGATION_WORDS = T.NEGATIONS | {"nobody", "nothing", "nowhere", "neither"}
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*%?")
 #: Conflict kinds that say the context states otherwise (``restated``, every word present yet unsupported, only
 #: explains a verdict already reached).
-STATES_OTHERWISE = frozenset({"negation", "number", "date", "unit", "antonym", "name"})
+STATES_OTHERWISE = frozenset({"negation", "number", "date", "unit", "antonym", "stale", "name", "order"})
 #: Share of the claim's content words a context sentence must hold to speak of the same thing.
 SAME_TOPIC = 0.5
 
@@ -283,8 +335,32 @@ def _units_after_numbers(tokens: Sequence[str]) -> dict[str, str]:
             continue
         unit = tail if tail in _UNITS else (tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1] in _UNITS else "")
         if unit:
-            out[next(iter(number))] = unit.rstrip("s")
+            out[next(iter(number))] = _UNIT_NAME.get(unit) or unit.rstrip("s")
     return out
+
+
+def _weekdays(text: str) -> set[str]:
+    return {m.group(1).lower() for m in _WEEKDAY.finditer(text)}
+
+
+def _swapped_around(c_tok: Sequence[str], s_tok: Sequence[str]) -> list[str]:
+    """Two words on either side of a shared word in the claim that stand the other way round in the sentence
+    ("tenant pays landlord" / "landlord pays tenant"); [] when none, or when one says it in the passive ("by")."""
+    c_words = [w for w in c_tok if w not in T.STOPWORDS]
+    s_words = [w for w in s_tok if w not in T.STOPWORDS]
+    c_at = {w: i for i, w in reversed(list(enumerate(c_words)))}
+    s_at = {w: i for i, w in reversed(list(enumerate(s_words)))}
+    shared = [w for w in c_at if w in s_at]
+    if ("by" in c_tok) != ("by" in s_tok):
+        return []
+    for pivot in shared:
+        before = [w for w in shared if c_at[w] < c_at[pivot]]
+        after = [w for w in shared if c_at[w] > c_at[pivot]]
+        for a in before:
+            for b in after:
+                if s_at[b] < s_at[pivot] < s_at[a]:
+                    return [b, pivot, a]
+    return []
 
 
 def quote(sentence: str, words: Sequence[str], width: int = 6) -> str:
@@ -319,20 +395,28 @@ def _conflict_words(claim: str, sentence: str, index: ContextIndex) -> tuple[str
     c_months, s_months = T.months(claim), T.months(sentence)
     if c_months - index.months and s_months and not c_months & s_months:
         return "date", [m for m in s_tok if m[:3] in s_months]
+    c_days, s_days = _weekdays(claim), _weekdays(sentence)
+    if c_days - _weekdays(index.lower) and s_days and not c_days & s_days:
+        return "date", [m.group() for m in _WEEKDAY.finditer(sentence)]
     c_units, s_units = _units_after_numbers(c_tok), _units_after_numbers(s_tok)
     for number, unit in c_units.items():
         if number in s_units and s_units[number] != unit:
             return "unit", [number, s_units[number]]
-    s_forms = s_set | {T.stem(w) for w in s_set}
+    s_bases = {_base(w): w for w in s_set}
     for w in c_set - s_set:
-        opposite = (ANTONYMS.get(w, frozenset()) | ANTONYMS.get(T.stem(w), frozenset())) & s_forms
+        opposite = _ANTONYM_BASES.get(_base(w), frozenset()) & s_bases.keys()
         if opposite:
-            return "antonym", sorted(opposite)
+            return "antonym", sorted(s_bases[b] for b in opposite)
+    if c_set & _NOW and not s_set & _NOW and _BEFORE_NOW.search(sentence):
+        return "stale", [m.group() for m in _BEFORE_NOW.finditer(sentence)]
     novel_names = [n for n in T.capitalised_spans(claim) if n.lower() not in index.lower]
     if novel_names:
         others = [n for n in T.capitalised_spans(sentence) if n.lower() not in claim.lower()]
         if others:
             return "name", [w for n in others for w in n.split()[:1]]
+    swapped = _swapped_around(c_tok, s_tok)
+    if swapped:
+        return "order", swapped
     return None
 
 

@@ -36,7 +36,7 @@ from .cross_encoder import CrossEncoderError
 
 READER_PARAMS_PATH = Path(__file__).parent / "reader.json"
 
-CONFLICT_KINDS = ("negation", "number", "date", "unit", "antonym", "name", "restated")
+CONFLICT_KINDS = ("negation", "number", "date", "unit", "antonym", "stale", "name", "order", "restated")
 STACK_FEATURES = (
     "logit_reader",
     "logit_cascade",
