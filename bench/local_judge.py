@@ -6,8 +6,8 @@ Two comparisons on the same RAGTruth QA rows (``../shared/data``; training-fold 
 is measured, taken at an even stride so that every generator's answers are in their share):
 
 - the feature model alone (``local_judge.model: features``), the cascade (the feature model, then the int8
-  cross-encoder for the claims it is unsure of) and the default reader (every claim read by the int8 claim
-  reader, stacked with the feature model), each record new to the judge
+  cross-encoder for the claims it is unsure of, the default) and the reader mode (every claim the cascade
+  supports read by the int8 claim reader, then its stack decides), each record new to the judge
   (its sentence splits and context index not cached, as a collector mostly sees them; the caches are
   cleared before each pass): one record at a time (claims, then verdicts), and as the collector scores,
   ``scoring.concurrency`` records in flight, on one judge thread and on ``local_judge.workers`` (the
