@@ -196,6 +196,15 @@ def test_no_conflict_where_the_context_agrees_or_is_silent(claim: str) -> None:
     assert conflict is None or (conflict.kind == "restated" and conflict.kind not in STATES_OTHERWISE), conflict
 
 
+def test_the_word_order_check_is_bounded_for_long_claims() -> None:
+    """The order check looks at every pair around every shared word (cubic): past 40 shared words it is skipped,
+    so a hostile one-sentence answer of thousands of words cannot stall the judge."""
+    filler = " ".join(f"word{i}" for i in range(300))
+    index = ContextIndex.build([f"The retailer pays {filler} the distributor."])
+    conflict = claim_conflict(f"The distributor pays {filler} the retailer.", None, index)
+    assert conflict is None or conflict.kind != "order", conflict
+
+
 def test_the_conflict_names_the_context_it_is_in() -> None:
     index = ContextIndex.build(["The sky is blue.", CONTEXT])
     conflict = claim_conflict("The motor is covered for five years.", None, index)

@@ -343,6 +343,11 @@ def _weekdays(text: str) -> set[str]:
     return {m.group(1).lower() for m in _WEEKDAY.finditer(text)}
 
 
+# The order check looks at every pair around every shared word (cubic): a claim sharing more words than this is no
+# simple "who did what to whom" statement, and a hostile one-sentence response must not stall the judge.
+_ORDER_MAX_WORDS = 40
+
+
 def _swapped_around(c_tok: Sequence[str], s_tok: Sequence[str]) -> list[str]:
     """Two words on either side of a shared word in the claim that stand the other way round in the sentence
     ("tenant pays landlord" / "landlord pays tenant"); [] when none, or when one says it in the passive ("by")."""
@@ -351,7 +356,7 @@ def _swapped_around(c_tok: Sequence[str], s_tok: Sequence[str]) -> list[str]:
     c_at = {w: i for i, w in reversed(list(enumerate(c_words)))}
     s_at = {w: i for i, w in reversed(list(enumerate(s_words)))}
     shared = [w for w in c_at if w in s_at]
-    if ("by" in c_tok) != ("by" in s_tok):
+    if ("by" in c_tok) != ("by" in s_tok) or len(shared) > _ORDER_MAX_WORDS:
         return []
     for pivot in shared:
         before = [w for w in shared if c_at[w] < c_at[pivot]]
