@@ -309,6 +309,10 @@ def report(port: int, setups: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    unknown = [a for a in argv if a not in SETUPS]
+    if unknown:  # "--help" included: the arguments are setup names, nothing else
+        print(f"usage: live.py [SETUP ...]; unknown {', '.join(unknown)}; setups: {', '.join(SETUPS)}", file=sys.stderr)
+        return 2
     peers = argv or [s for s, env in SETUPS.items() if s != BASELINE and (PEERS / env / "freeze.txt").exists()]
     setups = [BASELINE, *(s for s in peers if s != BASELINE)]
     collector, http_port, metrics_port = start_collector(tempfile.mkdtemp(prefix="ragtrace-peers-"))
