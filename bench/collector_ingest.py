@@ -60,26 +60,30 @@ TRACES_PER_REQUEST = 170
 DOC_BYTES = 1000
 
 
+# Words the bodies' documents and answers are made of (both body builders).
+WORDS = (
+    "warranty",
+    "covers",
+    "defects",
+    "parts",
+    "labour",
+    "returns",
+    "within",
+    "days",
+    "purchase",
+    "receipt",
+    "store",
+    "online",
+)
+
+
 # --- realistic spans ------------------------------------------------------------------------------
 def template_request(traces: int = TRACES_PER_REQUEST):
     """An ExportTraceServiceRequest of ragtrace-shaped traces, and the trace ids used in it."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     rng = random.Random(1)
-    words = [
-        "warranty",
-        "covers",
-        "defects",
-        "parts",
-        "labour",
-        "returns",
-        "within",
-        "days",
-        "purchase",
-        "receipt",
-        "store",
-        "online",
-    ]
+    words = WORDS
 
     def text(n: int) -> str:
         out = []
@@ -185,20 +189,7 @@ def sdk_request(traces: int = TRACES_PER_REQUEST):
     import ragtrace
 
     rng = random.Random(1)
-    words = [
-        "warranty",
-        "covers",
-        "defects",
-        "parts",
-        "labour",
-        "returns",
-        "within",
-        "days",
-        "purchase",
-        "receipt",
-        "store",
-        "online",
-    ]
+    words = WORDS
 
     def text(n: int) -> str:
         return " ".join(rng.choice(words) for _ in range(n // 6))[:n]

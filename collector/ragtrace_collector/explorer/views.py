@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ragtrace_collector.explorer.thresholds import Side, Thresholds
@@ -94,18 +94,10 @@ def score_view(result: StoredResult, pipeline: str | None, thresholds: Threshold
 
 
 def metric_view(result: StoredResult, pipeline: str | None, thresholds: Thresholds) -> MetricView:
-    """A score on the record page: its chip's fields, details and provenance."""
-    threshold, side = _threshold(result, pipeline, thresholds)
+    """A score on the record page: its chip's fields (:func:`score_view`), details and provenance."""
+    chip = score_view(result, pipeline, thresholds)
     return MetricView(
-        metric=result.metric,
-        status=result.status,
-        score=result.score,
-        reason=result.reason,
-        label=result.label,
-        higher_is_better=result.higher_is_better,
-        judge=result.judge,
-        threshold=threshold,
-        side=side,
+        **{f.name: getattr(chip, f.name) for f in fields(ScoreView)},
         details=result.details,
         provenance=provenance_of(result),
     )
