@@ -329,9 +329,9 @@ class LocalJudgeConfig(_Section):
 
     # cascade (default): the gradient-boosted feature model decides the clear claims and the shipped int8 ONNX
     # cross-encoder the uncertain ones; reader: the cascade, then every claim it finds supported read by the shipped
-    # int8 claim reader (trained on NLI and claim pairs: it reads negation and numbers), whose confident "unsupported"
-    # overrules it (held out: RAGTruth QA 71.0 against the cascade's 74.7, HaluEval 88.9 against 88.1, the
-    # contradiction suite 60.7 against 56.8, about half the records/s); both fall back to features when their files
+    # int8 claim reader (trained on NLI and claim pairs: it reads negation and numbers), whose stack may overrule it
+    # (held out: RAGTruth QA 72.9 against the cascade's 74.7, HaluEval 88.9 against 88.1, the held-out contradiction
+    # suite 65.4 against 55.4, about half the records/s); both fall back to features when their files
     # are missing or do not load; features: the feature model alone (fastest, least memory, word overlap only).
     # Figures: docs/local-judge-reader.md, docs/local-judge-cross-encoder.md
     model: LocalJudgeModel = DEFAULT_LOCAL_JUDGE_MODEL
