@@ -203,6 +203,11 @@ def test_the_review_form_is_csrf_safe(stack: Fed):
 
 
 def test_queue_and_agreement(stack: Fed):
+    # Its own reviews, so it holds whichever of the tests above ran on this stack first, or none (xdist may split the
+    # module across workers, each with a stack of its own). Each agrees with theirs: a tie labels nothing.
+    for i, verdict in ((1, "faithful"), (2, "unfaithful"), (3, "unfaithful"), (5, "unfaithful"), (7, "unfaithful")):
+        review = {"metric": "faithfulness", "verdict": verdict, "reviewer": "quinn"}
+        assert post(stack, f"/api/v1/records/{trace(stack, i)}/reviews", review).status_code in (200, 201)
     queue = httpx.get(stack.base + "/api/v1/review/queue", headers=bearer(READ), timeout=10).json()
     assert queue["metric"] == "faithfulness" and queue["pending"] == len(queue["items"])
     reviewed = {r["trace_id"] for r in queue["items"]}
