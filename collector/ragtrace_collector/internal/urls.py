@@ -55,3 +55,12 @@ def _mask_query(url: str) -> str:
         return f"{m['lead']}{m['key']}={MASK}" if _SECRET_KEY.search(m["key"]) else m.group(0)
 
     return _QUERY_PAIR.sub(mask, url)
+
+
+#: URL schemes that name a Redis server (``queue.url``, ``assembly.shared_state``): the collector scaled out.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def is_redis_url(url: str | None) -> bool:
+    """Whether ``url`` names a Redis server (decided without importing the redis client)."""
+    return bool(url) and str(url).partition("://")[0].lower() in REDIS_SCHEMES

@@ -121,7 +121,8 @@ class FeedbackIntake:
 
     ``pipeline_of(trace_id)`` names the pipeline of feedback whose span did not (the stored record's, from the
     results store); ``service_label`` / ``pipeline_label`` are the ingest metrics' bounded labels where given, so
-    feedback shares their slots, else new ones bounded by ``limits``."""
+    feedback shares their slots, else new ones bounded by ``limits``. ``relay``: what is stored new also goes into the
+    outbox the feedback relay sends to the other hosts (scaled out on Redis; it is counted here, where it arrived)."""
 
     def __init__(
         self,
@@ -133,9 +134,11 @@ class FeedbackIntake:
         service_label: BoundedLabel | None = None,
         pipeline_label: BoundedLabel | None = None,
         clock: Callable[[], float] = time.monotonic,
+        relay: bool = False,
     ) -> None:
         self.store = store
         self.pipeline_of = pipeline_of
+        self.relay = relay  # what is stored also goes to the other hosts (review/feedback_relay.py: scaled out)
         limits = limits if limits is not None else LimitsConfig()
         idle = limits.label_idle_seconds
         reclaim = Reclaim(limits.label_reclaim_hits, limits.label_reclaim_window_seconds)
@@ -195,7 +198,7 @@ class FeedbackIntake:
         return self._store(items, [None] * len(items))
 
     def _store(self, items: Sequence[Feedback], pipelines: Sequence[str | None]) -> list[bool]:
-        added = self.store.add_feedback(items)
+        added = self.store.add_feedback(items, relay=self.relay)
         for item, pipeline, new in zip(items, pipelines, added):
             if new:
                 pipeline = pipeline or self._pipeline(item.trace_id)

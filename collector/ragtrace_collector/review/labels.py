@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +67,14 @@ CREATE TABLE IF NOT EXISTS reviews (
     PRIMARY KEY (trace_id, metric, reviewer)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reviews_metric ON reviews (metric, reviewed_at);
+CREATE TABLE IF NOT EXISTS feedback_outbox (
+    seq          INTEGER PRIMARY KEY,
+    feedback_id  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feedback_relay (
+    stream       TEXT PRIMARY KEY,
+    last_id      TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 
@@ -247,29 +256,86 @@ class LabelStore(Component):
         self.close()
 
     # -- feedback -----------------------------------------------------------------------------
-    def add_feedback(self, items: Iterable[Feedback]) -> list[bool]:
-        """Store each item in one transaction; ``True`` where it is new (a re-sent ``feedback_id`` is not)."""
+    def add_feedback(self, items: Iterable[Feedback], relay: bool = False) -> list[bool]:
+        """Store each item in one transaction; ``True`` where it is new (a re-sent ``feedback_id`` is not).
+
+        ``relay``: the new items also go into the outbox that :mod:`ragtrace_collector.review.feedback_relay`
+        sends to the other hosts, in the same transaction (an item stored here is sent however the process ends).
+        An item without a ``feedback_id`` (an API post without ``Idempotency-Key``) is then given one, so each copy
+        of it is stored once everywhere, here too when it comes back."""
         now = time.time()
         added = []
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for f in items:
-                    cursor = self._db.execute(
-                        "INSERT OR IGNORE INTO feedback (trace_id, name, value, comment, source, feedback_id, service,"
-                        " received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            f.trace_id,
-                            cut(f.name, MAX_NAME_CHARS),
-                            feedback_value(f.value),
-                            cut(f.comment, MAX_COMMENT_CHARS),
-                            f.source,
-                            f.feedback_id,
-                            f.service,
-                            f.received_at or now,
-                        ),
-                    )
-                    added.append(cursor.rowcount == 1)
+                    feedback_id = f.feedback_id if f.feedback_id or not relay else f"relay:{uuid.uuid4().hex}"
+                    new = self._insert_feedback(f, feedback_id, now)
+                    if new and relay:
+                        self._db.execute("INSERT INTO feedback_outbox (feedback_id) VALUES (?)", (feedback_id,))
+                    added.append(new)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return added
+
+    def _insert_feedback(self, f: Feedback, feedback_id: str | None, now: float) -> bool:
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO feedback (trace_id, name, value, comment, source, feedback_id, service,"
+            " received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                f.trace_id,
+                cut(f.name, MAX_NAME_CHARS),
+                feedback_value(f.value),
+                cut(f.comment, MAX_COMMENT_CHARS),
+                f.source,
+                feedback_id,
+                f.service,
+                f.received_at or now,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    # -- the relay's side (review/feedback_relay.py) ----------------------------------------------
+    def outbox(self, limit: int) -> list[tuple[int, Feedback]]:
+        """The oldest ``limit`` items waiting to be sent to the other hosts, with their outbox positions."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT o.seq, f.trace_id, f.value, f.name, f.comment, f.source, f.feedback_id, f.service,"
+                " f.received_at FROM feedback_outbox o JOIN feedback f ON f.feedback_id = o.feedback_id"
+                " ORDER BY o.seq LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [(row[0], Feedback(*row[1:])) for row in rows]
+
+    def outbox_sent(self, up_to: int) -> None:
+        """Forget the outbox's items up to position ``up_to`` (sent)."""
+        with self._lock:
+            self._db.execute("DELETE FROM feedback_outbox WHERE seq <= ?", (up_to,))
+
+    def outbox_size(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM feedback_outbox").fetchone()[0])
+
+    def relay_position(self, stream: str) -> str:
+        """The id of the last entry of ``stream`` stored here (``0-0``: none yet, read it from its start)."""
+        with self._lock:
+            row = self._db.execute("SELECT last_id FROM feedback_relay WHERE stream = ?", (stream,)).fetchone()
+        return str(row[0]) if row else "0-0"
+
+    def add_relayed(self, items: Sequence[Feedback], stream: str, last_id: str) -> list[bool]:
+        """Store feedback other hosts took (never sent on again) and the position read up to, in one
+        transaction, so a restart neither skips nor repeats an entry; ``True`` where new here."""
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                added = [self._insert_feedback(f, f.feedback_id, now) for f in items]
+                self._db.execute(
+                    "INSERT OR REPLACE INTO feedback_relay (stream, last_id) VALUES (?, ?)", (stream, last_id)
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:

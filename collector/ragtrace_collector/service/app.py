@@ -29,7 +29,7 @@ from ragtrace_collector.internal.component import Closing, Failure, Lifecycle, T
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
 from ragtrace_collector.internal.journal import Journal
-from ragtrace_collector.internal.urls import mask_credentials
+from ragtrace_collector.internal.urls import is_redis_url, mask_credentials
 from ragtrace_collector.model.spans import DecodedRequest
 from ragtrace_collector.processor.pipeline import Pipeline, pairing_from_config, state_from_config
 from ragtrace_collector.processor.sampling.budget import Budget
@@ -286,16 +286,28 @@ class CollectorApp:
             raise OSError(f"cannot open the assembly journal at {path}: {exc.strerror or exc}") from None
 
     async def _open_labels(self) -> None:
-        """The label store beside the results (``results_path``) and the feedback intake writing to it."""
-        self.labels = await self.components.start("label store", LabelStore(self.config.results_path))
+        """The label store beside the results (``results_path``) and the feedback intake writing to it; scaled out
+        on Redis, the relay sharing feedback with the other hosts (their records are scored there)."""
+        cfg = self.config
+        labels = self.labels = await self.components.start("label store", LabelStore(cfg.results_path))
+        relay = is_redis_url(cfg.queue_url)
         self.feedback = FeedbackIntake(
-            self.labels,
+            labels,
             self.registry,
             self._pipeline_of,
-            limits=self.config.limits,
+            limits=cfg.limits,
             service_label=self.metrics.service_label,
             pipeline_label=self.metrics.pipeline_label,
+            relay=relay,
         )
+        if relay:
+            # imported here so a collector without scale-out never imports the redis client
+            from ragtrace_collector.review.feedback_relay import FeedbackRelay
+
+            relayed = FeedbackRelay(
+                labels, cfg.queue_url, self.registry, max_entries=cfg.review.feedback_relay_max_entries
+            )
+            await self.components.start("feedback relay", relayed)
 
     def _pipeline_of(self, trace_id: str) -> str | None:
         """The pipeline of a scored record of ``trace_id`` (feedback's label), where this process stores results."""

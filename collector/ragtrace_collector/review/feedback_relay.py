@@ -1,0 +1,266 @@
+"""End-user feedback shared between hosts when the collector is scaled out on Redis.
+
+Why: feedback is stored by whichever receiver took the SDK's feedback span (or whichever explorer took the API post),
+but the record it is about is scored, and shown, by a worker on another host, whose results store is its own. Each
+collector with a label store therefore runs a relay beside it (the service starts one when ``queue.url`` is Redis):
+
+* **out**: what this host's intake stores goes, in the same SQLite transaction, into an outbox
+  (``LabelStore.add_feedback(relay=True)``); the relay appends the outbox to one Redis stream, ``{prefix}:feedback``
+  (``XADD ... MAXLEN ~ review.feedback_relay_max_entries``), and forgets what Redis took. While Redis is away the
+  outbox keeps it, on disk, and it is sent once Redis is back, whatever happened to the process meanwhile.
+* **in**: it reads the stream from where it left off (``XREAD``, every host reads every entry, no consumer group)
+  and stores each item (``LabelStore.add_relayed``) with the stream position, in one transaction: a restart neither
+  skips nor repeats an entry. An item seen before (its own, coming back; a re-sent span) is stored once: the
+  feedback id. What others took is never sent on again.
+
+Stream entries are read as untrusted: one that is not a well-formed feedback item is skipped and counted
+(``ragtrace_feedback_relayed_total{direction="malformed"}``), never raised. A host down for longer than the stream
+keeps entries misses the oldest of them; a stream that was deleted (its last id below the position) is read again
+from its start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from ragtrace_collector.config import ReviewConfig
+from ragtrace_collector.internal.component import Component
+from ragtrace_collector.internal.redis import Breaker, connect, key_prefix
+from ragtrace_collector.review.labels import (
+    MAX_COMMENT_CHARS,
+    MAX_NAME_CHARS,
+    BadLabel,
+    Feedback,
+    LabelStore,
+    cut,
+    feedback_value,
+)
+
+log = logging.getLogger(__name__)
+
+_REVIEW = ReviewConfig()  # the default bound is the config's (``review`` section), written once there
+
+FIELD = "f"  # an entry's one field: the item as JSON
+BATCH = 500  # entries appended or read per round trip
+MAX_BATCHES = 20  # read per round at most, so a stop is never kept waiting behind a long backlog
+MAX_ENTRY_CHARS = 4 * MAX_COMMENT_CHARS  # an entry longer than any item we write is not ours
+MAX_ID_CHARS = 256
+MAX_SERVICE_CHARS = 256
+REWIND_CHECK_SECONDS = 30.0  # how often an idle relay asks whether the stream was deleted under it
+
+SENT = "sent"
+RECEIVED = "received"  # new here (an item seen before is not counted)
+MALFORMED = "malformed"
+
+
+def stream_key(url: str) -> str:
+    """The feedback stream beside the queue's keys (``?prefix=`` of the queue URL)."""
+    return f"{key_prefix(url)}:feedback"
+
+
+def _id_tuple(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def entry_of(item: Feedback) -> dict[str, str]:
+    """The stream entry of one item (what :func:`feedback_of` reads back)."""
+    return {FIELD: json.dumps(item.to_dict(), ensure_ascii=False, separators=(",", ":"))}
+
+
+def feedback_of(fields: Any) -> Feedback | None:
+    """The item a stream entry holds, or ``None`` when it is not a well-formed one (anyone with the Redis password
+    can write to the stream)."""
+    raw = fields.get(FIELD) if isinstance(fields, dict) else None
+    if not isinstance(raw, str) or len(raw) > MAX_ENTRY_CHARS:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    trace_id, name, source = data.get("trace_id"), data.get("name"), data.get("source")
+    feedback_id, comment, service = data.get("feedback_id"), data.get("comment"), data.get("service")
+    received_at = data.get("received_at")
+    if not (isinstance(trace_id, str) and len(trace_id) == 32 and all(c in "0123456789abcdef" for c in trace_id)):
+        return None
+    if not isinstance(name, str) or not name.strip() or source not in ("sdk", "api"):
+        return None
+    if not isinstance(feedback_id, str) or not feedback_id or len(feedback_id) > MAX_ID_CHARS:
+        return None
+    if not (comment is None or isinstance(comment, str)) or not (service is None or isinstance(service, str)):
+        return None
+    if isinstance(received_at, bool) or not isinstance(received_at, int | float) or not math.isfinite(received_at):
+        return None
+    try:
+        value = feedback_value(data.get("value"))
+    except BadLabel:
+        return None
+    return Feedback(
+        trace_id=trace_id,
+        value=value,
+        name=str(cut(name.strip(), MAX_NAME_CHARS)),
+        comment=cut(comment, MAX_COMMENT_CHARS) if comment else None,
+        source=source,
+        feedback_id=feedback_id,
+        service=cut(service, MAX_SERVICE_CHARS) if service else None,
+        received_at=float(received_at),
+    )
+
+
+class FeedbackRelay(Component):
+    """Sends this host's feedback to the others and stores theirs, through one Redis stream (see the module
+    docstring); a thread of its own every ``interval`` seconds, so the event loop never waits on Redis."""
+
+    def __init__(
+        self,
+        store: LabelStore,
+        url: str,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_entries: int = _REVIEW.feedback_relay_max_entries,
+        interval: float = 0.5,
+        client: redis.Redis | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.stream = stream_key(url)
+        self.max_entries = max_entries
+        self.interval = interval
+        # Any: redis-py's stubs type a decoded reply as bytes or str and XREAD's as a dict or a list, per protocol
+        self._r: Any = client if client is not None else connect(url)
+        self._breaker = Breaker(
+            "Redis (feedback relay)", "feedback waits in the outbox and is sent when Redis is back", clock=clock
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_rewind_check = -math.inf
+        self._clock = clock
+        self.counts = {SENT: 0, RECEIVED: 0, MALFORMED: 0}
+        self._relayed: Counter | None = None
+        self._outbox: Gauge | None = None
+        if registry is not None:
+            self._relayed = Counter(
+                "ragtrace_feedback_relayed",
+                "End-user feedback shared with the other hosts through Redis: sent (from this host's outbox),"
+                " received (new here) and malformed (stream entries skipped).",
+                ("direction",),
+                registry=registry,
+            )
+            self._outbox = Gauge(
+                "ragtrace_feedback_relay_outbox",
+                "Feedback stored here and not yet sent to the other hosts (grows while Redis is unreachable).",
+                registry=registry,
+            )
+
+    # -- the component contract -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ragtrace-feedback-relay", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the thread after a last send of the outbox (what it cannot send stays there, on disk)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._r.close()
+
+    # -- one round --------------------------------------------------------------------------------
+    def run_once(self) -> tuple[int, int]:
+        """Send the outbox, then store what the others sent; ``(sent, received)``. Redis away: ``(0, 0)``, the
+        outage logged once (and a reminder a minute)."""
+        return self._breaker.call(self._round, lambda: (0, 0))
+
+    def _round(self) -> tuple[int, int]:
+        sent = self._send()
+        received = self._receive()
+        self._breaker.recovered()
+        return sent, received
+
+    def _send(self) -> int:
+        sent = 0
+        while True:
+            batch = self.store.outbox(BATCH)
+            if not batch:
+                break
+            pipe = self._r.pipeline(transaction=False)
+            for _, item in batch:
+                pipe.xadd(self.stream, entry_of(item), maxlen=self.max_entries, approximate=True)
+            pipe.execute()
+            self.store.outbox_sent(batch[-1][0])
+            sent += len(batch)
+            if len(batch) < BATCH:
+                break
+        self._count(SENT, sent)
+        if self._outbox is not None:
+            self._outbox.set(self.store.outbox_size())
+        return sent
+
+    def _receive(self) -> int:
+        received = 0
+        position = self.store.relay_position(self.stream)
+        for _ in range(MAX_BATCHES):
+            found = self._r.xread({self.stream: position}, count=BATCH)
+            entries: Sequence[tuple[str, Any]] = found[0][1] if found else []
+            if not entries:
+                self._check_rewound(position)
+                break
+            items = []
+            for _, fields in entries:
+                item = feedback_of(fields)
+                if item is None:
+                    self._count(MALFORMED, 1)
+                else:
+                    items.append(item)
+            position = entries[-1][0]
+            received += sum(self.store.add_relayed(items, self.stream, position))
+            if len(entries) < BATCH:
+                break
+        self._count(RECEIVED, received)
+        return received
+
+    def _check_rewound(self, position: str) -> None:
+        """A stream deleted and written again starts its ids anew, below the position: read it from its start."""
+        now = self._clock()
+        if now - self._last_rewind_check < REWIND_CHECK_SECONDS or position == "0-0":
+            return
+        self._last_rewind_check = now
+        try:
+            last = self._r.xinfo_stream(self.stream)["last-generated-id"]
+        except redis.exceptions.ResponseError:  # no such stream (yet, or deleted and not written again)
+            last = "0-0"
+        if _id_tuple(str(last)) < _id_tuple(position):
+            log.warning(
+                "feedback stream %s was reset (its last id is below %s): reading it from its start",
+                self.stream,
+                position,
+            )
+            self.store.add_relayed([], self.stream, "0-0")
+
+    def _count(self, direction: str, n: int) -> None:
+        if n:
+            self.counts[direction] += n
+            if self._relayed is not None:
+                self._relayed.labels(direction).inc(n)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._round_logged()
+        self._round_logged()  # the last send: what Redis does not take now stays in the outbox
+
+    def _round_logged(self) -> None:
+        try:
+            self.run_once()
+        except Exception:  # the store refused (a full disk) or a bug: logged, the next round tries again
+            log.exception("feedback relay round failed")

@@ -1,0 +1,218 @@
+"""End-user feedback shared between hosts through Redis (``review/feedback_relay.py``), against a real redis-server.
+
+The relay's contract, store to store: what one host's intake stores reaches the others once, its own coming back
+is stored once, what others took is not sent on, an outage keeps the outbox on disk until Redis is back, hostile
+stream entries are skipped and counted, a restart resumes where it left off, a deleted stream is read anew.
+Then as a team runs it: a receiver and a worker, separate ``ragtrace-collector serve`` processes with their own
+data directories, the app's SDK feedback sent to the receiver and shown on the worker's record page.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry
+
+import ragtrace
+from ragtrace_collector.examples.rag_app.app import RagApp
+from ragtrace_collector.review.feedback import FeedbackIntake
+from ragtrace_collector.review.feedback_relay import MALFORMED, RECEIVED, SENT, FeedbackRelay, stream_key
+from ragtrace_collector.review.labels import Feedback, LabelStore
+from tests.support.collector_process import collector_config, serve, until
+from tests.support.explorer_stack import q
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+
+TRACE = "ab" * 16
+
+
+def url(server: RedisServer) -> str:
+    return f"{server.url}?prefix=fb{uuid.uuid4().hex[:8]}"
+
+
+class Host:
+    """One host's label store, the intake writing to it (relayed, as the service wires it) and its relay."""
+
+    def __init__(self, tmp: Path, name: str, redis_url: str, clock=time.monotonic) -> None:
+        self.registry = CollectorRegistry()
+        self.store = LabelStore(tmp / name / "results.sqlite")
+        self.intake = FeedbackIntake(self.store, self.registry, relay=True)
+        self.relay = FeedbackRelay(self.store, redis_url, self.registry, clock=clock)
+
+    def feedback(self, trace_id: str = TRACE) -> list[Feedback]:
+        return self.store.feedback_of(trace_id)
+
+    def metric(self, direction: str) -> float:
+        return self.registry.get_sample_value("ragtrace_feedback_relayed_total", {"direction": direction}) or 0.0
+
+
+def item(n: int, trace_id: str = TRACE, **kw) -> Feedback:
+    return Feedback(trace_id, 1.0 if n % 2 else 0.0, source="sdk", feedback_id=f"{n:016x}", received_at=1e9 + n, **kw)
+
+
+def test_feedback_taken_on_one_host_is_stored_once_on_every_other(tmp_path, redis_server):
+    u = url(redis_server)
+    a, b, c = (Host(tmp_path, name, u) for name in "abc")
+    a.intake.add([item(1), item(2, comment="too slow")])
+    b.intake.add([Feedback(TRACE, 0.5, name="thumbs")])  # an API post without an Idempotency-Key: given an id
+    for host in (a, b, c):
+        host.relay.run_once()
+    for host in (a, b, c):
+        host.relay.run_once()  # each host's own items come back: stored once
+    for host in (a, b, c):
+        got = sorted((f.feedback_id, f.value, f.name, f.comment) for f in host.feedback())
+        assert len(got) == 3 and len({g[0] for g in got}) == 3, got
+        assert ("0000000000000001", 1.0, "user_feedback", None) in got
+        assert ("0000000000000002", 0.0, "user_feedback", "too slow") in got
+        assert host.store.outbox_size() == 0
+    assert (a.relay.counts[SENT], b.relay.counts[SENT], c.relay.counts[SENT]) == (2, 1, 0)  # nothing sent on
+    assert (a.relay.counts[RECEIVED], b.relay.counts[RECEIVED], c.relay.counts[RECEIVED]) == (1, 2, 3)
+    assert c.metric(RECEIVED) == 3 and a.metric(SENT) == 2
+    # what came from elsewhere is not counted again in ragtrace_feedback_total: the intake where it arrived counts it
+    total_c = sum(
+        sample.value
+        for family in c.registry.collect()
+        if family.name == "ragtrace_feedback"
+        for sample in family.samples
+        if sample.name == "ragtrace_feedback_total"
+    )
+    assert total_c == 0
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    assert raw.xlen(stream_key(u)) == 3
+
+
+def test_an_outage_keeps_the_outbox_on_disk_until_redis_is_back(tmp_path):
+    with RedisServer() as server:
+        u = url(server)
+        a, b = Host(tmp_path, "a", u), Host(tmp_path, "b", u)
+        server.stop()
+        a.intake.add([item(1), item(2)])
+        assert a.relay.run_once() == (0, 0)
+        assert a.store.outbox_size() == 2
+        a.relay.shutdown(1.0)
+        a.store.close()
+        # the process ends during the outage; the one started on its data directory sends what it held
+        a2 = Host(tmp_path, "a", u)
+        assert a2.store.outbox_size() == 2
+        server.start()
+        assert a2.relay.run_once() == (2, 0)
+        assert b.relay.run_once() == (0, 2)
+        assert sorted(f.feedback_id for f in b.feedback()) == ["0000000000000001", "0000000000000002"]
+
+
+def test_hostile_entries_are_skipped_and_counted(tmp_path, redis_server):
+    u = url(redis_server)
+    b = Host(tmp_path, "b", u)
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    key = stream_key(u)
+    good = item(7).to_dict()
+    hostile = [
+        {"x": "no f field"},
+        {"f": "not json {"},
+        {"f": json.dumps(["a", "list"])},
+        {"f": json.dumps({**good, "value": 7})},  # outside [0, 1]
+        {"f": json.dumps({**good, "value": "nan"})},
+        {"f": json.dumps({**good, "trace_id": "../../etc/passwd"})},
+        {"f": json.dumps({**good, "feedback_id": ""})},
+        {"f": json.dumps({**good, "source": "root"})},
+        {"f": json.dumps({**good, "received_at": "yesterday"})},
+        {"f": json.dumps({**good, "comment": "z" * 100_000})},  # longer than any entry a relay writes
+    ]
+    for fields in hostile:
+        raw.xadd(key, fields)
+    raw.xadd(key, {"f": json.dumps({**good, "comment": "<script>" + "y" * 5000, "name": " n " * 100})})
+    raw.xadd(key, {"f": json.dumps(good)})  # the same item again: stored once
+    assert b.relay.run_once() == (0, 1)
+    assert b.relay.counts[MALFORMED] == len(hostile) and b.metric(MALFORMED) == len(hostile)
+    (stored,) = b.feedback()
+    assert stored.comment is not None and len(stored.comment) == 4000 and stored.comment.startswith("<script>")
+    assert len(stored.name) <= 64
+
+
+def test_a_restart_resumes_where_it_left_off_and_a_deleted_stream_is_read_anew(tmp_path, redis_server):
+    u = url(redis_server)
+    now = [0.0]
+    a, b = Host(tmp_path, "a", u), Host(tmp_path, "b", u, clock=lambda: now[0])
+    a.intake.add([item(1)])
+    a.relay.run_once()
+    assert b.relay.run_once() == (0, 1)
+    b.relay.shutdown(1.0)
+    b2 = Host(tmp_path, "b", u, clock=lambda: now[0])  # the same store, a new process
+    assert b2.relay.run_once() == (0, 0)  # not read again
+    a.intake.add([item(2)])
+    a.relay.run_once()
+    assert b2.relay.run_once() == (0, 1)
+    # the stream is deleted (an operator's FLUSHDB) and written anew: its ids start below b2's position
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    raw.delete(stream_key(u))
+    raw.xadd(stream_key(u), {"f": json.dumps(item(3).to_dict())}, id="1-1")
+    now[0] += 60  # the idle check for a reset runs every 30 s
+    b2.relay.run_once()
+    assert b2.relay.run_once() == (0, 1)
+    assert sorted(f.feedback_id for f in b2.feedback())[-1] == "0000000000000003"
+
+
+def test_the_relay_thread_sends_and_stops_in_time(tmp_path, redis_server):
+    u = url(redis_server)
+    a, b = Host(tmp_path, "a", u), Host(tmp_path, "b", u)
+    a.relay.interval = b.relay.interval = 0.05
+    a.relay.start()
+    b.relay.start()
+    try:
+        a.intake.add([item(1)])
+        until(lambda: len(b.feedback()) == 1, 10, "the item on host b")
+        a.intake.add([item(2)])
+    finally:
+        started = time.monotonic()
+        a.relay.shutdown(5.0)
+        assert time.monotonic() - started < 5.0
+        b.relay.shutdown(5.0)
+    assert a.store.outbox_size() == 0  # the last round sent what was added just before the stop
+
+
+def test_sdk_feedback_sent_to_a_receiver_shows_on_the_workers_record(tmp_path, redis_server):
+    u = url(redis_server)
+    common = {"queue": {"url": u}, "sampling": {"rate": 1.0}, "scoring": {"metrics": ["faithfulness"]}}
+    receiver_dir, worker_dir = tmp_path / "receiver", tmp_path / "worker"
+    receiver_dir.mkdir()
+    worker_dir.mkdir()
+    receiver_cfg = collector_config(receiver_dir, role="receiver", **common)
+    receiver_cfg["assembly"] = {"grace_seconds": 0.3, "sweep_interval_seconds": 0.05}
+    worker_cfg = collector_config(worker_dir, role="worker", **common)
+    with serve(receiver_dir, receiver_cfg) as receiver, serve(worker_dir, worker_cfg) as worker:
+        until(lambda: receiver.readyz(receiver.metrics) == 200, 60, "the receiver", receiver)
+        until(lambda: worker.readyz(worker.metrics) == 200, 60, "the worker", worker)
+        provider = TracerProvider(resource=Resource.create({"service.name": "shop-assistant"}))
+        handle = ragtrace.init(
+            endpoint=receiver.otlp,
+            protocol="http/protobuf",
+            tracer_provider=provider,
+            set_global=False,
+            schedule_delay_ms=50,
+        )
+        try:
+            answer = RagApp(token_delay=0.0).answer(q(0)["question"], reference=q(0)["reference"])
+            ragtrace.feedback(False, trace_id=answer.trace_id, comment="wrong opening hours")
+            assert handle.force_flush(10.0)
+        finally:
+            handle.shutdown()
+
+        def record() -> dict:
+            reply = httpx.get(f"{worker.metrics}/api/v1/records/{answer.trace_id}", timeout=10)
+            return reply.json() if reply.status_code == 200 else {}
+
+        until(lambda: bool(record().get("feedback")), 60, "the feedback on the worker's record", worker)
+        (shown,) = record()["feedback"]
+        assert shown["value"] == 0.0 and shown["comment"] == "wrong opening hours" and shown["source"] == "sdk"
+        assert not (receiver_dir / "data").samefile(worker_dir / "data")
+        metrics = httpx.get(f"{receiver.metrics}/metrics", timeout=10).text
+        assert 'ragtrace_feedback_relayed_total{direction="sent"} 1.0' in metrics
