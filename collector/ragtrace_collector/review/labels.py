@@ -19,7 +19,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -255,6 +256,20 @@ class LabelStore(Component):
         """The component contract: :meth:`close` (each write committed as made)."""
         self.close()
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the store's lock, rolled back on any error (``BEGIN IMMEDIATE``: a writer
+        of another process waits for the lock here, not at the first write)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
     # -- feedback -----------------------------------------------------------------------------
     def add_feedback(self, items: Iterable[Feedback], relay: bool = False) -> list[bool]:
         """Store each item in one transaction; ``True`` where it is new (a re-sent ``feedback_id`` is not).
@@ -265,20 +280,13 @@ class LabelStore(Component):
         of it is stored once everywhere, here too when it comes back."""
         now = time.time()
         added = []
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for f in items:
-                    feedback_id = f.feedback_id if f.feedback_id or not relay else f"relay:{uuid.uuid4().hex}"
-                    new = self._insert_feedback(f, feedback_id, now)
-                    if new and relay:
-                        self._db.execute("INSERT INTO feedback_outbox (feedback_id) VALUES (?)", (feedback_id,))
-                    added.append(new)
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            for f in items:
+                feedback_id = f.feedback_id if f.feedback_id or not relay else f"relay:{uuid.uuid4().hex}"
+                new = self._insert_feedback(f, feedback_id, now)
+                if new and relay:
+                    db.execute("INSERT INTO feedback_outbox (feedback_id) VALUES (?)", (feedback_id,))
+                added.append(new)
         return added
 
     def _insert_feedback(self, f: Feedback, feedback_id: str | None, now: float) -> bool:
@@ -329,18 +337,9 @@ class LabelStore(Component):
         """Store feedback other hosts took (never sent on again) and the position read up to, in one
         transaction, so a restart neither skips nor repeats an entry; ``True`` where new here."""
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                added = [self._insert_feedback(f, f.feedback_id, now) for f in items]
-                self._db.execute(
-                    "INSERT OR REPLACE INTO feedback_relay (stream, last_id) VALUES (?, ?)", (stream, last_id)
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            added = [self._insert_feedback(f, f.feedback_id, now) for f in items]
+            db.execute("INSERT OR REPLACE INTO feedback_relay (stream, last_id) VALUES (?, ?)", (stream, last_id))
         return added
 
     def feedback_of(self, trace_id: str) -> list[Feedback]:
@@ -371,32 +370,25 @@ class LabelStore(Component):
     def add_review(self, review: Review) -> bool:
         """Store a review; ``True`` when new, ``False`` when it replaced the same reviewer's earlier verdict on
         this record's metric (the latest verdict is the reviewer's verdict)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                existed = self._db.execute(
-                    "SELECT 1 FROM reviews WHERE trace_id = ? AND metric = ? AND reviewer = ?",
-                    (review.trace_id, review.metric, review.reviewer),
-                ).fetchone()
-                self._db.execute(
-                    "INSERT OR REPLACE INTO reviews (trace_id, metric, reviewer, verdict, claims, reference, comment,"
-                    " reviewed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        review.trace_id,
-                        review.metric,
-                        review.reviewer,
-                        review.verdict,
-                        json.dumps([c.to_dict() for c in review.claims], ensure_ascii=False),
-                        review.reference,
-                        review.comment,
-                        review.reviewed_at or time.time(),
-                    ),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            existed = db.execute(
+                "SELECT 1 FROM reviews WHERE trace_id = ? AND metric = ? AND reviewer = ?",
+                (review.trace_id, review.metric, review.reviewer),
+            ).fetchone()
+            db.execute(
+                "INSERT OR REPLACE INTO reviews (trace_id, metric, reviewer, verdict, claims, reference, comment,"
+                " reviewed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    review.trace_id,
+                    review.metric,
+                    review.reviewer,
+                    review.verdict,
+                    json.dumps([c.to_dict() for c in review.claims], ensure_ascii=False),
+                    review.reference,
+                    review.comment,
+                    review.reviewed_at or time.time(),
+                ),
+            )
         return existed is None
 
     def reviews_of(self, trace_id: str) -> list[Review]:
