@@ -98,6 +98,7 @@ def test_an_outage_keeps_the_outbox_on_disk_until_redis_is_back(tmp_path):
         a.intake.add([item(1), item(2)])
         assert a.relay.run_once() == (0, 0)
         assert a.store.outbox_size() == 2
+        assert a.registry.get_sample_value("ragtrace_feedback_relay_outbox") == 2  # what an operator sees
         a.relay.shutdown(1.0)
         a.store.close()
         # the process ends during the outage; the one started on its data directory sends what it held
@@ -216,3 +217,20 @@ def test_sdk_feedback_sent_to_a_receiver_shows_on_the_workers_record(tmp_path, r
         assert not (receiver_dir / "data").samefile(worker_dir / "data")
         metrics = httpx.get(f"{receiver.metrics}/metrics", timeout=10).text
         assert 'ragtrace_feedback_relayed_total{direction="sent"} 1.0' in metrics
+
+
+def test_a_key_of_another_type_is_logged_once_a_minute_not_every_round(tmp_path, redis_server, caplog):
+    u = url(redis_server)
+    now = [0.0]
+    a = Host(tmp_path, "a", u, clock=lambda: now[0])
+    redis.Redis.from_url(redis_server.url).set(stream_key(u), "not a stream")  # WRONGTYPE for XADD and XREAD
+    a.intake.add([item(1)])
+    with caplog.at_level("ERROR", logger="ragtrace_collector.review.feedback_relay"):
+        for _ in range(3):
+            a.relay._round_logged()
+            now[0] += 1
+        assert len([r for r in caplog.records if "feedback relay round failed" in r.message]) == 1
+        now[0] += 60
+        a.relay._round_logged()
+        assert len([r for r in caplog.records if "feedback relay round failed" in r.message]) == 2
+    assert a.store.outbox_size() == 1  # kept for when the key is a stream again

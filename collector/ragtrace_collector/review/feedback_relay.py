@@ -56,6 +56,7 @@ MAX_ENTRY_CHARS = 4 * MAX_COMMENT_CHARS  # an entry longer than any item we writ
 MAX_ID_CHARS = 256
 MAX_SERVICE_CHARS = 256
 REWIND_CHECK_SECONDS = 30.0  # how often an idle relay asks whether the stream was deleted under it
+COMPLAIN_SECONDS = 60.0  # a round failing for another reason than an outage is logged this often
 
 SENT = "sent"
 RECEIVED = "received"  # new here (an item seen before is not counted)
@@ -145,6 +146,7 @@ class FeedbackRelay(Component):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_rewind_check = -math.inf
+        self._complained = -math.inf
         self._clock = clock
         self.counts = {SENT: 0, RECEIVED: 0, MALFORMED: 0}
         self._relayed: Counter | None = None
@@ -180,7 +182,10 @@ class FeedbackRelay(Component):
     def run_once(self) -> tuple[int, int]:
         """Send the outbox, then store what the others sent; ``(sent, received)``. Redis away: ``(0, 0)``, the
         outage logged once (and a reminder a minute)."""
-        return self._breaker.call(self._round, lambda: (0, 0))
+        done = self._breaker.call(self._round, lambda: (0, 0))
+        if self._outbox is not None:  # after an outage's round too: that is when it grows
+            self._outbox.set(self.store.outbox_size())
+        return done
 
     def _round(self) -> tuple[int, int]:
         sent = self._send()
@@ -203,8 +208,6 @@ class FeedbackRelay(Component):
             if len(batch) < BATCH:
                 break
         self._count(SENT, sent)
-        if self._outbox is not None:
-            self._outbox.set(self.store.outbox_size())
         return sent
 
     def _receive(self) -> int:
@@ -262,5 +265,8 @@ class FeedbackRelay(Component):
     def _round_logged(self) -> None:
         try:
             self.run_once()
-        except Exception:  # the store refused (a full disk) or a bug: logged, the next round tries again
-            log.exception("feedback relay round failed")
+        except Exception:  # the store refused (a full disk), Redis refused a command, or a bug: the next round
+            now = self._clock()  # tries again; logged once a minute, not twice a second
+            if now - self._complained >= COMPLAIN_SECONDS:
+                self._complained = now
+                log.exception("feedback relay round failed (logged once a minute while it lasts)")
