@@ -527,6 +527,9 @@ class ExportConfig(_Section):
     phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig)
     results_path: str | None = None  # None → <data_dir>/results.sqlite
     results_retention: ResultsRetentionConfig = Field(default_factory=ResultsRetentionConfig)
+    # Scaled out on Redis: workers stream each scored record to {prefix}:results, which the receivers' explorers
+    # follow (scoring/results_replica.py); the stream keeps about this many of the newest records
+    results_stream_max_entries: int = Field(default=20_000, ge=100)
 
 
 class ExplorerConfig(_Section):

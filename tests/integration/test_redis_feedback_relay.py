@@ -4,7 +4,8 @@ The relay's contract, store to store: what one host's intake stores reaches the 
 is stored once, what others took is not sent on, an outage keeps the outbox on disk until Redis is back, hostile
 stream entries are skipped and counted, a restart resumes where it left off, a deleted stream is read anew.
 Then as a team runs it: a receiver and a worker, separate ``ragtrace-collector serve`` processes with their own
-data directories, the app's SDK feedback sent to the receiver and shown on the worker's record page.
+data directories, the app's SDK feedback sent to the receiver and shown on the worker's record page, and the record
+the worker scored shown, with that feedback, on the receiver's explorer (``scoring/results_replica.py``).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def test_the_relay_thread_sends_and_stops_in_time(tmp_path, redis_server):
     assert a.store.outbox_size() == 0  # the last round sent what was added just before the stop
 
 
-def test_sdk_feedback_sent_to_a_receiver_shows_on_the_workers_record(tmp_path, redis_server):
+def test_sdk_feedback_and_the_scored_record_show_on_both_hosts(tmp_path, redis_server):
     u = url(redis_server)
     common = {"queue": {"url": u}, "sampling": {"rate": 1.0}, "scoring": {"metrics": ["faithfulness"]}}
     receiver_dir, worker_dir = tmp_path / "receiver", tmp_path / "worker"
@@ -218,6 +219,19 @@ def test_sdk_feedback_sent_to_a_receiver_shows_on_the_workers_record(tmp_path, r
         metrics = httpx.get(f"{receiver.metrics}/metrics", timeout=10).text
         assert 'ragtrace_feedback_relayed_total{direction="sent"} 1.0' in metrics
 
+        # the receiver's explorer (the one alerts link to) shows the record the worker scored, feedback and all
+        def on_receiver() -> dict:
+            reply = httpx.get(f"{receiver.metrics}/api/v1/records/{answer.trace_id}", timeout=10)
+            return reply.json() if reply.status_code == 200 else {}
+
+        until(lambda: bool(on_receiver().get("metrics")), 60, "the scored record on the receiver", receiver)
+        shown_there = on_receiver()
+        assert [m["metric"] for m in shown_there["metrics"]] == ["faithfulness"]
+        assert shown_there["metrics"][0]["score"] == record()["metrics"][0]["score"]
+        assert shown_there["feedback"][0]["comment"] == "wrong opening hours"
+        listed = httpx.get(f"{receiver.metrics}/api/v1/records", timeout=10).json()
+        assert answer.trace_id in {r["trace_id"] for r in listed["records"]}
+
 
 def test_a_key_of_another_type_is_logged_once_a_minute_not_every_round(tmp_path, redis_server, caplog):
     u = url(redis_server)
@@ -225,12 +239,12 @@ def test_a_key_of_another_type_is_logged_once_a_minute_not_every_round(tmp_path,
     a = Host(tmp_path, "a", u, clock=lambda: now[0])
     redis.Redis.from_url(redis_server.url).set(stream_key(u), "not a stream")  # WRONGTYPE for XADD and XREAD
     a.intake.add([item(1)])
-    with caplog.at_level("ERROR", logger="ragtrace_collector.review.feedback_relay"):
+    with caplog.at_level("ERROR", logger="ragtrace_collector.internal.redis"):
         for _ in range(3):
-            a.relay._round_logged()
+            a.relay.round_logged()
             now[0] += 1
-        assert len([r for r in caplog.records if "feedback relay round failed" in r.message]) == 1
+        assert len([r for r in caplog.records if "feedback relay): a round failed" in r.message]) == 1
         now[0] += 60
-        a.relay._round_logged()
-        assert len([r for r in caplog.records if "feedback relay round failed" in r.message]) == 2
+        a.relay.round_logged()
+        assert len([r for r in caplog.records if "feedback relay): a round failed" in r.message]) == 2
     assert a.store.outbox_size() == 1  # kept for when the key is a stream again

@@ -1,4 +1,4 @@
-"""Redis plumbing shared by the queue, the assembly state and the judge budget.
+"""Redis plumbing shared by the queue, the assembly state, the judge budget and the streams every host follows.
 
 Each of those keeps working on a local fallback while Redis is unreachable; :class:`Breaker` is the
 one place that remembers the outage (so callers skip a dead socket instead of waiting on it every
@@ -8,14 +8,18 @@ time), retries after ``retry_interval`` and logs an outage's start, a reminder a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 import redis.connection
+
+from ragtrace_collector.internal.component import Component
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +190,124 @@ class Breaker:
             except UNAVAILABLE as exc:
                 self.failed(exc)
         return fallback()
+
+
+def stream_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``) as a tuple, for ordering."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class StreamFollower(Component):
+    """A thread that reads one Redis stream from where it left off, a round every ``interval`` seconds (and a last
+    one at shutdown), for the state every host keeps a copy of (feedback, scored records).
+
+    Subclasses say where the position is kept and what an entry does (:meth:`position`, :meth:`take`), and may send
+    first (:meth:`send`). An outage goes through a :class:`Breaker` (logged once, a reminder a minute); any other
+    failure of a round (a key of another type, a full disk) is logged once a minute; the next round tries again. A
+    stream deleted and written anew restarts its ids below the position: it is read again from its start."""
+
+    BATCH = 500  # entries read per round trip
+    MAX_BATCHES = 20  # per round at most, so a stop never waits behind a long backlog
+    REWIND_CHECK_SECONDS = 30.0
+    COMPLAIN_SECONDS = 60.0
+
+    def __init__(
+        self,
+        client: Any,
+        stream: str,
+        what: str,
+        fallback: str,
+        *,
+        interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._r: Any = client  # Any: redis-py's stubs type XREAD's reply per protocol, as a dict or a list
+        self.stream = stream
+        self.interval = interval
+        self._clock = clock
+        self._breaker = Breaker(what, fallback, clock=clock)
+        self._name = what
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_rewind_check = -math.inf
+        self._complained = -math.inf
+
+    # what a subclass says ----------------------------------------------------------------------------
+    @abstractmethod
+    def position(self) -> str:
+        """The id of the last entry taken (``0-0``: none)."""
+
+    @abstractmethod
+    def take(self, entries: list[tuple[str, dict[str, str]]], last_id: str) -> int:
+        """Take ``entries`` in (untrusted: anyone with the password writes to the stream) and keep ``last_id`` as
+        the position; returns how many were new."""
+
+    def send(self) -> int:
+        """What this host writes to the stream before it reads (nothing by default); returns how many."""
+        return 0
+
+    # the rounds ----------------------------------------------------------------------------------------
+    def run_once(self) -> tuple[int, int]:
+        """Send, then read; ``(sent, taken)``. Redis away: ``(0, 0)``."""
+        return self._breaker.call(self._round, lambda: (0, 0))
+
+    def _round(self) -> tuple[int, int]:
+        sent = self.send()
+        taken = 0
+        position = self.position()
+        for _ in range(self.MAX_BATCHES):
+            found = self._r.xread({self.stream: position}, count=self.BATCH)
+            entries = list(found[0][1]) if found else []
+            if not entries:
+                self._check_rewound(position)
+                break
+            position = entries[-1][0]
+            taken += self.take(entries, position)
+            if len(entries) < self.BATCH:
+                break
+        self._breaker.recovered()
+        return sent, taken
+
+    def _check_rewound(self, position: str) -> None:
+        now = self._clock()
+        if now - self._last_rewind_check < self.REWIND_CHECK_SECONDS or position == "0-0":
+            return
+        self._last_rewind_check = now
+        try:
+            last = str(self._r.xinfo_stream(self.stream)["last-generated-id"])
+        except redis.exceptions.ResponseError:  # no such stream (yet, or deleted and not written again)
+            last = "0-0"
+        if stream_id(last) < stream_id(position):
+            log.warning(
+                "stream %s was reset (its last id is below %s): reading it from its start", self.stream, position
+            )
+            self.take([], "0-0")
+
+    # the component contract ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"ragtrace-{self.stream}", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the thread after a last round (what it cannot send now is sent by the next process)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._r.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.round_logged()
+        self.round_logged()
+
+    def round_logged(self) -> None:
+        """One round as the thread runs it: a failure that is not an outage is logged once a minute, not raised."""
+        try:
+            self.run_once()
+        except Exception:
+            now = self._clock()
+            if now - self._complained >= self.COMPLAIN_SECONDS:
+                self._complained = now
+                log.exception("%s: a round failed (logged once a minute while it lasts)", self._name)

@@ -84,6 +84,44 @@ class MetricResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricResult:
+        """The result :meth:`to_dict` wrote (another host's, through Redis): ``ValueError`` or ``TypeError`` for
+        anything else, never a result of the wrong shape."""
+        status = data["status"]
+        if status not in ("scored", "skipped", "error"):
+            raise ValueError(f"unknown result status {status!r}")
+        metric, score, reason, label = data["metric"], data.get("score"), data.get("reason"), data.get("label")
+        if not isinstance(metric, str) or not metric:
+            raise ValueError("a result names its metric")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+            raise TypeError("a result's score is a number")
+        if not (reason is None or isinstance(reason, str)) or not (label is None or isinstance(label, str)):
+            raise TypeError("a result's reason and label are text")
+        details, provenance, usage = data.get("details") or {}, data.get("provenance") or {}, data.get("usage") or {}
+        if not isinstance(details, dict) or not isinstance(provenance, dict) or not isinstance(usage, dict):
+            raise TypeError("a result's details, provenance and usage are objects")
+        counts = {
+            k: usage[k] for k in ("calls", "prompt_tokens", "completion_tokens", "cache_hits", "errors") if k in usage
+        }
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values()):
+            raise TypeError("a result's usage counts are integers")
+        cost = usage.get("cost_usd", 0.0)
+        if isinstance(cost, bool) or not isinstance(cost, int | float):
+            raise TypeError("a result's cost is a number")
+        return cls(
+            metric,
+            status,
+            score=None if score is None else float(score),
+            reason=reason,
+            details=details,
+            usage=JudgeUsage(**counts, cost_usd=float(cost)),
+            retryable=bool(data.get("retryable", False)),
+            higher_is_better=bool(data.get("higher_is_better", True)),
+            label=label,
+            provenance=provenance,
+        )
+
 
 @dataclass(frozen=True)
 class Claim:

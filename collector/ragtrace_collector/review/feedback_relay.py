@@ -22,19 +22,16 @@ from its start.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ReviewConfig
-from ragtrace_collector.internal.component import Component
-from ragtrace_collector.internal.redis import Breaker, connect, key_prefix
+from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
 from ragtrace_collector.review.labels import (
     MAX_COMMENT_CHARS,
     MAX_NAME_CHARS,
@@ -45,18 +42,12 @@ from ragtrace_collector.review.labels import (
     feedback_value,
 )
 
-log = logging.getLogger(__name__)
-
 _REVIEW = ReviewConfig()  # the default bound is the config's (``review`` section), written once there
 
 FIELD = "f"  # an entry's one field: the item as JSON
-BATCH = 500  # entries appended or read per round trip
-MAX_BATCHES = 20  # read per round at most, so a stop is never kept waiting behind a long backlog
 MAX_ENTRY_CHARS = 4 * MAX_COMMENT_CHARS  # an entry longer than any item we write is not ours
 MAX_ID_CHARS = 256
 MAX_SERVICE_CHARS = 256
-REWIND_CHECK_SECONDS = 30.0  # how often an idle relay asks whether the stream was deleted under it
-COMPLAIN_SECONDS = 60.0  # a round failing for another reason than an outage is logged this often
 
 SENT = "sent"
 RECEIVED = "received"  # new here (an item seen before is not counted)
@@ -66,11 +57,6 @@ MALFORMED = "malformed"
 def stream_key(url: str) -> str:
     """The feedback stream beside the queue's keys (``?prefix=`` of the queue URL)."""
     return f"{key_prefix(url)}:feedback"
-
-
-def _id_tuple(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def entry_of(item: Feedback) -> dict[str, str]:
@@ -119,7 +105,7 @@ def feedback_of(fields: Any) -> Feedback | None:
     )
 
 
-class FeedbackRelay(Component):
+class FeedbackRelay(StreamFollower):
     """Sends this host's feedback to the others and stores theirs, through one Redis stream (see the module
     docstring); a thread of its own every ``interval`` seconds, so the event loop never waits on Redis."""
 
@@ -134,20 +120,16 @@ class FeedbackRelay(Component):
         client: redis.Redis | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
-        self.stream = stream_key(url)
-        self.max_entries = max_entries
-        self.interval = interval
-        # Any: redis-py's stubs type a decoded reply as bytes or str and XREAD's as a dict or a list, per protocol
-        self._r: Any = client if client is not None else connect(url)
-        self._breaker = Breaker(
-            "Redis (feedback relay)", "feedback waits in the outbox and is sent when Redis is back", clock=clock
+        super().__init__(
+            client if client is not None else connect(url),
+            stream_key(url),
+            "Redis (feedback relay)",
+            "feedback waits in the outbox and is sent when Redis is back",
+            interval=interval,
+            clock=clock,
         )
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last_rewind_check = -math.inf
-        self._complained = -math.inf
-        self._clock = clock
+        self.store = store
+        self.max_entries = max_entries
         self.counts = {SENT: 0, RECEIVED: 0, MALFORMED: 0}
         self._relayed: Counter | None = None
         self._outbox: Gauge | None = None
@@ -165,38 +147,18 @@ class FeedbackRelay(Component):
                 registry=registry,
             )
 
-    # -- the component contract -----------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="ragtrace-feedback-relay", daemon=True)
-        self._thread.start()
-
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Stop the thread after a last send of the outbox (what it cannot send stays there, on disk)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        self._r.close()
-
-    # -- one round --------------------------------------------------------------------------------
     def run_once(self) -> tuple[int, int]:
         """Send the outbox, then store what the others sent; ``(sent, received)``. Redis away: ``(0, 0)``, the
         outage logged once (and a reminder a minute)."""
-        done = self._breaker.call(self._round, lambda: (0, 0))
+        done = super().run_once()
         if self._outbox is not None:  # after an outage's round too: that is when it grows
             self._outbox.set(self.store.outbox_size())
         return done
 
-    def _round(self) -> tuple[int, int]:
-        sent = self._send()
-        received = self._receive()
-        self._breaker.recovered()
-        return sent, received
-
-    def _send(self) -> int:
+    def send(self) -> int:
         sent = 0
         while True:
-            batch = self.store.outbox(BATCH)
+            batch = self.store.outbox(self.BATCH)
             if not batch:
                 break
             pipe = self._r.pipeline(transaction=False)
@@ -205,68 +167,28 @@ class FeedbackRelay(Component):
             pipe.execute()
             self.store.outbox_sent(batch[-1][0])
             sent += len(batch)
-            if len(batch) < BATCH:
+            if len(batch) < self.BATCH:
                 break
         self._count(SENT, sent)
         return sent
 
-    def _receive(self) -> int:
-        received = 0
-        position = self.store.relay_position(self.stream)
-        for _ in range(MAX_BATCHES):
-            found = self._r.xread({self.stream: position}, count=BATCH)
-            entries: Sequence[tuple[str, Any]] = found[0][1] if found else []
-            if not entries:
-                self._check_rewound(position)
-                break
-            items = []
-            for _, fields in entries:
-                item = feedback_of(fields)
-                if item is None:
-                    self._count(MALFORMED, 1)
-                else:
-                    items.append(item)
-            position = entries[-1][0]
-            received += sum(self.store.add_relayed(items, self.stream, position))
-            if len(entries) < BATCH:
-                break
+    def position(self) -> str:
+        return self.store.relay_position(self.stream)
+
+    def take(self, entries: list[tuple[str, dict[str, str]]], last_id: str) -> int:
+        items = []
+        for _, fields in entries:
+            item = feedback_of(fields)
+            if item is None:
+                self._count(MALFORMED, 1)
+            else:
+                items.append(item)
+        received = sum(self.store.add_relayed(items, self.stream, last_id))
         self._count(RECEIVED, received)
         return received
-
-    def _check_rewound(self, position: str) -> None:
-        """A stream deleted and written again starts its ids anew, below the position: read it from its start."""
-        now = self._clock()
-        if now - self._last_rewind_check < REWIND_CHECK_SECONDS or position == "0-0":
-            return
-        self._last_rewind_check = now
-        try:
-            last = self._r.xinfo_stream(self.stream)["last-generated-id"]
-        except redis.exceptions.ResponseError:  # no such stream (yet, or deleted and not written again)
-            last = "0-0"
-        if _id_tuple(str(last)) < _id_tuple(position):
-            log.warning(
-                "feedback stream %s was reset (its last id is below %s): reading it from its start",
-                self.stream,
-                position,
-            )
-            self.store.add_relayed([], self.stream, "0-0")
 
     def _count(self, direction: str, n: int) -> None:
         if n:
             self.counts[direction] += n
             if self._relayed is not None:
                 self._relayed.labels(direction).inc(n)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._round_logged()
-        self._round_logged()  # the last send: what Redis does not take now stays in the outbox
-
-    def _round_logged(self) -> None:
-        try:
-            self.run_once()
-        except Exception:  # the store refused (a full disk), Redis refused a command, or a bug: the next round
-            now = self._clock()  # tries again; logged once a minute, not twice a second
-            if now - self._complained >= COMPLAIN_SECONDS:
-                self._complained = now
-                log.exception("feedback relay round failed (logged once a minute while it lasts)")

@@ -62,6 +62,10 @@ CREATE TABLE IF NOT EXISTS results (
     PRIMARY KEY (record_key, metric)
 );
 CREATE INDEX IF NOT EXISTS results_metric_score ON results (metric, score);
+CREATE TABLE IF NOT EXISTS stream_positions (
+    stream           TEXT PRIMARY KEY,
+    last_id          TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 # Version 2: one row per record with the whole record (the explorer's record page), and the indexes the
@@ -434,6 +438,19 @@ class ResultsStore(ResultSink):
                 self._db.execute("ROLLBACK")
                 raise
         return inserted
+
+    def stream_position(self, stream: str) -> str:
+        """The id of the last entry of a Redis ``stream`` this store took in (``0-0``: none yet); see
+        :mod:`ragtrace_collector.scoring.results_replica`."""
+        with self._lock:
+            row = self._db.execute("SELECT last_id FROM stream_positions WHERE stream = ?", (stream,)).fetchone()
+        return str(row[0]) if row else "0-0"
+
+    def set_stream_position(self, stream: str, last_id: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO stream_positions (stream, last_id) VALUES (?, ?)", (stream, last_id)
+            )
 
     def add_rescored(self, record: RagRecord, results: Sequence[MetricResult], judge: str | None = None) -> list[bool]:
         """Keep results of metrics the record already has beside them, one row per (record, metric, provenance

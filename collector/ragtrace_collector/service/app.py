@@ -78,6 +78,7 @@ class CollectorApp:
         self.labels: LabelStore | None = None  # feedback and reviews, in the results store's file (start())
         self.feedback: FeedbackIntake | None = None  # stores feedback: the SDK's spans, the explorer API's items
         self.budget: Budget | None = None
+        self._retained: ResultsStore | None = None  # the results store this process keeps within its retention
         self.metrics_endpoint: MetricsEndpoint | None = None  # /metrics, /healthz, /readyz and the explorer
         # every component, in start order; stop() shuts them down in reverse
         self.components = Lifecycle()
@@ -213,6 +214,10 @@ class CollectorApp:
                 journal=journal,
             )
         if self.worker is not None:
+            self._retained = self.worker.store
+        elif cfg.runs_receiver and cfg.explorer.enabled and is_redis_url(cfg.queue_url):
+            await self._follow_results()
+        if self._retained is not None:
             await parts.start("results retention", Task("ragtrace-results-retention", self._enforce_retention))
         await self._start_metrics()  # before the worker and the intake: shut down after them, scrapes see their stop
         if self.worker is not None:
@@ -310,9 +315,10 @@ class CollectorApp:
             await self.components.start("feedback relay", relayed)
 
     def _pipeline_of(self, trace_id: str) -> str | None:
-        """The pipeline of a scored record of ``trace_id`` (feedback's label), where this process stores results."""
-        worker = self.worker
-        return worker.store.pipeline_of(trace_id) if worker is not None else None
+        """The pipeline of a scored record of ``trace_id`` (feedback's label), where this process stores results (its
+        own, or the workers' it keeps)."""
+        store = self.worker.store if self.worker is not None else self._retained
+        return store.pipeline_of(trace_id) if store is not None else None
 
     def _take(self, decoded: DecodedRequest) -> None:
         """The receivers' sink (and the journal replay's): feedback spans to the label store, the rest to assembly."""
@@ -403,10 +409,19 @@ class CollectorApp:
         else:
             log.info("stopped in %.1fs", took)
 
+    async def _follow_results(self) -> None:
+        """Scaled out, a receiver whose explorer is on keeps every worker's scored records in its own results store
+        (``scoring/results_replica.py``): its explorer is the one alerts link to."""
+        # imported here so a collector without scale-out never imports the redis client
+        from ragtrace_collector.scoring.results_replica import ResultsReplica
+
+        store = self._retained = await self.components.start("results store", ResultsStore(self.config.results_path))
+        await self.components.start("results replica", ResultsReplica(store, self.config.queue_url, self.registry))
+
     async def _enforce_retention(self) -> None:
         """Keep the results store within ``export.results_retention`` (age and size), now and every interval."""
-        assert self.worker is not None
-        store: ResultsStore = self.worker.store
+        store = self._retained
+        assert store is not None
         retention = self.config.export.results_retention
         max_age = retention.max_age_hours * 3600.0 if retention.max_age_hours is not None else None
         while True:

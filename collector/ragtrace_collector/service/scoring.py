@@ -23,6 +23,7 @@ from ragtrace_collector.exporter.phoenix import PhoenixAnnotations
 from ragtrace_collector.exporter.prometheus import EvalMetrics, eval_metrics_for, watch_queue
 from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.secrets import Scrubber, config_secrets
+from ragtrace_collector.internal.urls import is_redis_url
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import JudgeUsage, MetricResult
 from ragtrace_collector.queue.base import RecordQueue
@@ -214,7 +215,8 @@ def result_sinks(
     metrics: EvalMetrics | None = None,
 ) -> ExportingSinks | None:
     """Where results go besides the results store: Prometheus (``metrics``, when given), OTLP events and Phoenix
-    annotations (as configured); None when nowhere. With ``store``, each exporter confirms in it what it delivered,
+    annotations (as configured), and scaled out on Redis the results stream the receivers' explorers follow (with
+    ``store``); None when nowhere. With ``store``, each exporter confirms in it what it delivered,
     and what it never confirmed is sent again once the sinks are started."""
     confirm = _confirmer(store)
     resends: list[Resend] = []
@@ -226,6 +228,17 @@ def result_sinks(
     if phoenix_cfg.endpoint:
         annotations = PhoenixAnnotations.from_config(phoenix_cfg, registry, confirm(phoenix.EXPORTER))
         resends.append(Resend(phoenix.EXPORTER, phoenix.STATUSES, annotations, 60.0))
+    if store is not None and is_redis_url(config.queue_url):  # scaled out: the receivers' explorers show them
+        # imported here so a collector without scale-out never imports the redis client
+        from ragtrace_collector.exporter import results_stream
+
+        streamed = results_stream.ResultsStream(
+            config.queue_url,
+            registry,
+            confirm(results_stream.EXPORTER),
+            max_entries=config.export.results_stream_max_entries,
+        )
+        resends.append(Resend(results_stream.EXPORTER, results_stream.STATUSES, streamed, 30.0))
     sinks: list[ResultSink] = ([metrics] if metrics is not None else []) + [r.sink for r in resends]
     if not sinks:
         return None

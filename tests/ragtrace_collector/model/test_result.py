@@ -1,8 +1,17 @@
-"""Claim verdicts in words: supported, contradicted, not found, or unsupported where a ``no`` does not say which."""
+"""Claim verdicts in words: supported, contradicted, not found, or unsupported where a ``no`` does not say which;
+a result read back from its dict (another host's, through Redis) as it was, and nothing else read as one."""
 
 from __future__ import annotations
 
-from ragtrace_collector.model.result import claim_kind, claim_verdicts, unsupported_claim_verdicts
+import pytest
+
+from ragtrace_collector.model.result import (
+    JudgeUsage,
+    MetricResult,
+    claim_kind,
+    claim_verdicts,
+    unsupported_claim_verdicts,
+)
 from tests.support.claim_verdicts import CONTRADICTED, CONTRADICTED_REASON, NOT_FOUND, NOT_FOUND_REASON, scored
 
 
@@ -90,3 +99,39 @@ def test_chunk_usefulness_reads_and_writes_context_precisions_flags():
         ChunkUsefulness.from_details({"relevant_sentences": ["a"]}) is None
         and ChunkUsefulness.from_details(None) is None
     )
+
+
+def test_a_result_round_trips_through_its_dict_and_a_bad_one_is_refused():
+    results = [
+        MetricResult(
+            "faithfulness",
+            "scored",
+            score=0.75,
+            reason="3 of 4",
+            details={"claims": [{"statement": "s", "verdict": "yes"}]},
+            usage=JudgeUsage(calls=2, prompt_tokens=100, completion_tokens=20, cost_usd=0.001, cache_hits=1),
+            label="pass",
+            provenance={"judge": "openai/gpt-4o-mini", "prompt_hash": "ab12"},
+        ),
+        MetricResult("toxicity", "scored", score=0.1, higher_is_better=False),
+        MetricResult("answer_relevancy", "skipped", reason="no question"),
+        MetricResult("faithfulness", "error", reason="judge timed out", retryable=True),
+    ]
+    for result in results:
+        assert MetricResult.from_dict(result.to_dict()) == result
+    good = results[0].to_dict()
+    for bad in (
+        {**good, "status": "fine"},
+        {**good, "metric": ""},
+        {**good, "score": "0.75"},
+        {**good, "score": True},
+        {**good, "score": None},  # scored without a score
+        {**good, "score": float("nan")},
+        {**good, "details": ["a list"]},
+        {**good, "usage": {"calls": 1.5}},
+        {**good, "usage": {"calls": 1, "cost_usd": "free"}},
+        {**good, "reason": 7},
+        {k: v for k, v in good.items() if k != "status"},
+    ):
+        with pytest.raises((ValueError, TypeError, KeyError)):
+            MetricResult.from_dict(bad)
