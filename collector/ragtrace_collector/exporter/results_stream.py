@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace_collector.config import ExportConfig
+from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import UNAVAILABLE, Breaker, connect
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
@@ -64,16 +65,17 @@ class ResultsStream(ResultSink):
         self._idle.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.counts = {SENT: 0, DROPPED: 0}
-        self._streamed: Counter | None = None
+        streamed = None
         if registry is not None:
-            self._streamed = Counter(
+            streamed = Counter(
                 "ragtrace_results_streamed",
                 "Scored records sent to the Redis results stream for the receivers' explorers: sent, and dropped"
                 " beyond the buffer while Redis was away (sent again at the next start).",
                 ("outcome",),
                 registry=registry,
             )
+        self._outcomes = Outcomes(streamed, SENT, DROPPED)
+        self.counts = self._outcomes.counts
 
     def emit(self, record: RagRecord, results: Sequence[MetricResult], judge: str) -> None:
         if not results:
@@ -81,7 +83,7 @@ class ResultsStream(ResultSink):
         with self._lock:
             if len(self._buffer) >= self._max_buffer:
                 self._buffer.popleft()
-                self._count(DROPPED, 1)
+                self._outcomes.add(DROPPED, 1)
             self._buffer.append((record, list(results), judge))
             self._idle.clear()
         self._wake.set()
@@ -139,11 +141,5 @@ class ResultsStream(ResultSink):
         with self._lock:
             if not self._buffer:
                 self._idle.set()
-        self._count(SENT, sent)
+        self._outcomes.add(SENT, sent)
         return sent
-
-    def _count(self, outcome: str, n: int) -> None:
-        if n:
-            self.counts[outcome] += n
-            if self._streamed is not None:
-                self._streamed.labels(outcome).inc(n)

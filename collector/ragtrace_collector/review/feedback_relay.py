@@ -31,6 +31,7 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ReviewConfig
+from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
 from ragtrace_collector.review.labels import (
     MAX_COMMENT_CHARS,
@@ -130,22 +131,23 @@ class FeedbackRelay(StreamFollower):
         )
         self.store = store
         self.max_entries = max_entries
-        self.counts = {SENT: 0, RECEIVED: 0, MALFORMED: 0}
-        self._relayed: Counter | None = None
-        self._outbox: Gauge | None = None
+        relayed = outbox = None
         if registry is not None:
-            self._relayed = Counter(
+            relayed = Counter(
                 "ragtrace_feedback_relayed",
                 "End-user feedback shared with the other hosts through Redis: sent (from this host's outbox),"
                 " received (new here) and malformed (stream entries skipped).",
                 ("direction",),
                 registry=registry,
             )
-            self._outbox = Gauge(
+            outbox = Gauge(
                 "ragtrace_feedback_relay_outbox",
                 "Feedback stored here and not yet sent to the other hosts (grows while Redis is unreachable).",
                 registry=registry,
             )
+        self._outcomes = Outcomes(relayed, SENT, RECEIVED, MALFORMED)
+        self.counts = self._outcomes.counts
+        self._outbox: Gauge | None = outbox
 
     def run_once(self) -> tuple[int, int]:
         """Send the outbox, then store what the others sent; ``(sent, received)``. Redis away: ``(0, 0)``, the
@@ -169,7 +171,7 @@ class FeedbackRelay(StreamFollower):
             sent += len(batch)
             if len(batch) < self.BATCH:
                 break
-        self._count(SENT, sent)
+        self._outcomes.add(SENT, sent)
         return sent
 
     def position(self) -> str:
@@ -180,15 +182,9 @@ class FeedbackRelay(StreamFollower):
         for _, fields in entries:
             item = feedback_of(fields)
             if item is None:
-                self._count(MALFORMED, 1)
+                self._outcomes.add(MALFORMED, 1)
             else:
                 items.append(item)
         received = sum(self.store.add_relayed(items, self.stream, last_id))
-        self._count(RECEIVED, received)
+        self._outcomes.add(RECEIVED, received)
         return received
-
-    def _count(self, direction: str, n: int) -> None:
-        if n:
-            self.counts[direction] += n
-            if self._relayed is not None:
-                self._relayed.labels(direction).inc(n)

@@ -23,6 +23,7 @@ from typing import Any
 import pydantic
 from prometheus_client import CollectorRegistry, Counter
 
+from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
@@ -94,16 +95,17 @@ class ResultsReplica(StreamFollower):
             clock=clock,
         )
         self.store = store
-        self.counts = {STORED: 0, MALFORMED: 0}
-        self._replicated: Counter | None = None
+        replicated = None
         if registry is not None:
-            self._replicated = Counter(
+            replicated = Counter(
                 "ragtrace_results_replicated",
                 "Scored records the workers streamed, kept here for this host's explorer: stored (new here) and"
                 " malformed (stream entries skipped).",
                 ("outcome",),
                 registry=registry,
             )
+        self._outcomes = Outcomes(replicated, STORED, MALFORMED)
+        self.counts = self._outcomes.counts
 
     def position(self) -> str:
         return self.store.stream_position(self.stream)
@@ -118,12 +120,6 @@ class ResultsReplica(StreamFollower):
             record, results, judge = entry
             stored += any(self.store.add(record, results, judge))
         self.store.set_stream_position(self.stream, last_id)
-        self._count(STORED, stored)
-        self._count(MALFORMED, malformed)
+        self._outcomes.add(STORED, stored)
+        self._outcomes.add(MALFORMED, malformed)
         return stored
-
-    def _count(self, outcome: str, n: int) -> None:
-        if n:
-            self.counts[outcome] += n
-            if self._replicated is not None:
-                self._replicated.labels(outcome).inc(n)
