@@ -317,7 +317,7 @@ class CollectorApp:
     def _pipeline_of(self, trace_id: str) -> str | None:
         """The pipeline of a scored record of ``trace_id`` (feedback's label), where this process stores results (its
         own, or the workers' it keeps)."""
-        store = self.worker.store if self.worker is not None else self._retained
+        store = self._retained
         return store.pipeline_of(trace_id) if store is not None else None
 
     def _take(self, decoded: DecodedRequest) -> None:
