@@ -122,6 +122,22 @@ def test_a_contradiction_is_called_contradicted_and_quotes_the_context(
     assert verdict.reason.startswith("contradicted by context #1: '") and quoted in verdict.reason, verdict.reason
 
 
+def test_the_default_judge_reads_a_number_word_joined_by_a_hyphen_as_its_figure() -> None:
+    # "five-year" hid its number: the default gave "a five-year warranty" the P of the faithful "two-year" one
+    # (0.84 each) against "a warranty for two years"; it now reads it as it reads "5-year"
+    judge = LocalJudge(model=DEFAULT_LOCAL_JUDGE_MODEL)
+    question = "Tell me about the Brevia K2 kettle."
+
+    def p(answer: str) -> float:
+        (verdict,) = asyncio.run(judge.verify_claims([answer], [KETTLE], question))
+        return float(verdict.confidence)
+
+    five, figure, two = (p(f"The motor has a {n}-year warranty.") for n in ("five", "5", "two"))
+    assert abs(five - figure) < 0.1 and five < two - 0.1, (five, figure, two)
+    (verdict,) = _verdicts(judge, question, KETTLE, "The kettle comes with a five-year warranty.")
+    assert verdict.verdict == "no" and "two years" in verdict.reason, verdict
+
+
 def test_a_claim_the_context_does_not_mention_is_not_found(judge: LocalJudge) -> None:
     (verdict,) = _verdicts(judge, "Tell me about the kettle.", KETTLE, "The kettle is sold in Japan by Tanaka Retail.")
     assert verdict.verdict == "idk", verdict

@@ -166,6 +166,24 @@ async def test_entities_are_names_numbers_and_dates(judge: LocalJudge) -> None:
     assert await judge.extract_entities("The cat sat on the mat.") == []
 
 
+@pytest.mark.parametrize(
+    ("text", "numbers", "words"),
+    [
+        ("a five-year warranty", {"5"}, ["year", "warranty"]),  # as "a 5-year warranty" reads
+        ("a twenty-five-year lease", {"25"}, ["year", "lease"]),
+        ("twenty-one days", {"21"}, ["day"]),
+        ("two-thirds of voters", set(), ["two-third", "voter"]),  # a fraction is no count of two
+        ("a one-off payment", set(), ["one-off", "payment"]),
+        ("an automatic shut-off", set(), ["automatic", "shut-off"]),
+    ],
+)
+def test_a_number_word_joined_by_a_hyphen_is_a_number(text: str, numbers: set[str], words: list[str]) -> None:
+    # "a five-year warranty" against "a warranty for two years" was called supported: the hyphenated word hid both
+    # its number and the "year" that says what the sentence is about (issue 31's second example)
+    assert T.numbers(text) == numbers
+    assert T.content_words(text) == words
+
+
 def test_default_claim_model_is_the_fast_lexical_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", raising=False)
     assert LocalJudge().use_embeddings is False

@@ -266,6 +266,26 @@ _NUMBER_WORDS = {
     "billion": "1000000000",
     "dozen": "12",
 }
+# The last word of a compound number ("twenty-one"), and what a hyphen after a number word may join that is not a
+# count of it: "two-thirds" is no 2.
+_DIGIT_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+_TENS = frozenset(["twenty", "thirty", "forty", "fifty"])
+_FRACTIONS = frozenset(
+    [
+        "half",
+        "halves",
+        "third",
+        "thirds",
+        "quarter",
+        "quarters",
+        "fourth",
+        "fourths",
+        "fifth",
+        "fifths",
+        "tenth",
+        "tenths",
+    ]
+)
 _MONTH = re.compile(
     r"\b(Jan(?:uary)?|Feb(?:ruary)?|March|Mar\.|April|Apr\.|May|June|July|Aug(?:ust)?|Sept?(?:ember)?|"
     r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\b"
@@ -388,7 +408,22 @@ def content_words(text: str) -> list[str]:
     acronyms = [re.sub(r"[^A-Za-z]", "", m.group()).lower() for m in _ACRONYM.finditer(text)]
     if acronyms:
         text = _ACRONYM.sub(" ", text)
-    return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1] + acronyms
+    return [stem(w) for w in _numbers_apart(words(text)) if w not in STOPWORDS and len(w) > 1] + acronyms
+
+
+def _numbers_apart(found: list[str]) -> list[str]:
+    """A number word's compound counts as its rest, as a figure's does: "five-year" is "year" like "5-year" (the
+    number is :func:`numbers`'), so "a five-year warranty" is about the "warranty for two years"."""
+    out = []
+    for w in found:
+        if "-" in w:
+            compound = _number_compound(w)
+            if compound is not None:
+                if compound[1]:
+                    out.append(compound[1])
+                continue
+        out.append(w)
+    return out
 
 
 def _normalise_number(raw: str) -> str:
@@ -400,6 +435,22 @@ def _normalise_number(raw: str) -> str:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def _number_compound(word: str) -> tuple[str, str] | None:
+    """A hyphenated word that starts with a number word, as (the number, the rest): "five-year" ("5", "year"),
+    "twenty-one" ("21", ""), "twenty-five-year" ("25", "year"); None for fractions ("two-thirds") and "one-off"."""
+    parts = word.split("-")
+    head = parts[0]
+    if head not in _NUMBER_WORDS:
+        return None
+    value, rest = int(_NUMBER_WORDS[head]), parts[1:]
+    if head in _TENS and rest and rest[0] in _DIGIT_WORDS:
+        value, rest = value + _DIGIT_WORDS[rest[0]], rest[1:]
+    tail = "-".join(rest)
+    if tail in _FRACTIONS or tail.startswith(("half", "third", "quarter")):
+        return None
+    return str(value), tail
+
+
 def numbers(text: str) -> set[str]:
     """Numbers in ``text`` normalised ('1,000' → '1000', '5.0' → '5', 'twelve' → '12')."""
     text = _CONVERSION.sub(" ", _REFERENCE_NUMBERS.sub(" ", text))
@@ -407,6 +458,10 @@ def numbers(text: str) -> set[str]:
     for w in words(text):
         if w in _NUMBER_WORDS:
             found.add(_NUMBER_WORDS[w])
+        elif "-" in w:
+            compound = _number_compound(w)
+            if compound is not None:
+                found.add(compound[0])
     found.discard("")
     return found
 
