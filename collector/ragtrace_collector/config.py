@@ -569,8 +569,8 @@ class ReviewConfig(_Section):
     # ragtrace_judge_agreement is recomputed at most this often (a scrape reads the cached figures)
     agreement_cache_seconds: float = Field(default=60.0, ge=0)
     max_agreement_series: int = Field(default=50, ge=1)  # (metric, judge) pairs exported, the most reviewed first
-    # Scaled out on Redis: end-user feedback is shared between hosts through one stream (review/feedback_relay.py),
-    # which keeps about this many of the newest items (a host down longer misses the oldest)
+    # Scaled out on Redis: end-user feedback and reviews are shared between hosts through one stream
+    # (review/feedback_relay.py), which keeps about this many of the newest items (a host down longer misses the oldest)
     feedback_relay_max_entries: int = Field(default=100_000, ge=1_000)
 
 

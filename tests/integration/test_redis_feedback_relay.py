@@ -1,11 +1,14 @@
-"""End-user feedback shared between hosts through Redis (``review/feedback_relay.py``), against a real redis-server.
+"""End-user feedback and reviewers' verdicts shared between hosts through Redis (``review/feedback_relay.py``),
+against a real redis-server.
 
 The relay's contract, store to store: what one host's intake stores reaches the others once, its own coming back
 is stored once, what others took is not sent on, an outage keeps the outbox on disk until Redis is back, hostile
-stream entries are skipped and counted, a restart resumes where it left off, a deleted stream is read anew.
+stream entries are skipped and counted, a restart resumes where it left off, a deleted stream is read anew. A review
+made on any host's explorer reaches the others too, and a reviewer's latest verdict is the one every host keeps.
 Then as a team runs it: a receiver and a worker, separate ``ragtrace-collector serve`` processes with their own
-data directories, the app's SDK feedback sent to the receiver and shown on the worker's record page, and the record
-the worker scored shown, with that feedback, on the receiver's explorer (``scoring/results_replica.py``).
+data directories, the app's SDK feedback sent to the receiver and shown on the worker's record page, the record
+the worker scored shown, with that feedback, on the receiver's explorer (``scoring/results_replica.py``), and a
+review posted on the worker's explorer shown on the receiver's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import ragtrace
 from ragtrace_collector.examples.rag_app.app import RagApp
 from ragtrace_collector.review.feedback import FeedbackIntake
 from ragtrace_collector.review.feedback_relay import MALFORMED, RECEIVED, SENT, FeedbackRelay, stream_key
-from ragtrace_collector.review.labels import Feedback, LabelStore
+from ragtrace_collector.review.labels import ClaimVerdict, Feedback, LabelStore, Review
 from tests.support.collector_process import collector_config, serve, until
 from tests.support.explorer_stack import q
 from tests.support.redis_server import RedisServer
@@ -52,8 +55,31 @@ class Host:
     def feedback(self, trace_id: str = TRACE) -> list[Feedback]:
         return self.store.feedback_of(trace_id)
 
-    def metric(self, direction: str) -> float:
-        return self.registry.get_sample_value("ragtrace_feedback_relayed_total", {"direction": direction}) or 0.0
+    def metric(self, direction: str, name: str = "ragtrace_feedback_relayed_total") -> float:
+        return self.registry.get_sample_value(name, {"direction": direction}) or 0.0
+
+    def review(self, review: Review) -> bool:
+        """A review made on this host's explorer (which relays what it stores, scaled out)."""
+        return self.store.add_review(review, relay=True)
+
+    def verdicts(self, trace_id: str = TRACE) -> dict[str, tuple]:
+        return {
+            r.reviewer: (r.verdict, r.claims, r.reference, r.comment, r.reviewed_at)
+            for r in self.store.reviews_of(trace_id)
+        }
+
+
+REVIEWS = "ragtrace_reviews_relayed_total"
+
+
+def review(reviewer: str = "ana", verdict: str | None = "unfaithful", at: float = 0.0, **kw) -> Review:
+    return Review(TRACE, "faithfulness", reviewer, verdict, reviewed_at=at, **kw)  # type: ignore[arg-type]
+
+
+def rounds(*hosts: Host, times: int = 2) -> None:
+    for _ in range(times):
+        for host in hosts:
+            host.relay.run_once()
 
 
 def item(n: int, trace_id: str = TRACE, **kw) -> Feedback:
@@ -163,6 +189,89 @@ def test_a_restart_resumes_where_it_left_off_and_a_deleted_stream_is_read_anew(t
     assert sorted(f.feedback_id for f in b2.feedback())[-1] == "0000000000000003"
 
 
+def test_a_review_made_on_one_host_is_on_every_other_and_the_latest_verdict_wins(tmp_path, redis_server):
+    u = url(redis_server)
+    a, b, c = (Host(tmp_path, name, u) for name in "abc")
+    claims = (ClaimVerdict("It opens at 9.", "contradicted"), ClaimVerdict("It is in Leeds.", "supported"))
+    assert a.review(review(claims=claims, reference="It opens at 10.", comment="wrong opening hours"))
+    b.review(review("ben", "faithful"))
+    rounds(a, b, c)
+    first = a.verdicts()
+    assert first["ana"][:4] == ("unfaithful", claims, "It opens at 10.", "wrong opening hours")
+    assert first["ben"][0] == "faithful"
+    for host in (a, b, c):
+        assert host.verdicts() == first  # the same verdicts, claims and times everywhere, each stored once
+        assert host.store.outbox_size() == 0
+    assert (a.relay.review_counts[SENT], b.relay.review_counts[SENT], c.relay.review_counts[SENT]) == (1, 1, 0)
+    assert c.relay.review_counts[RECEIVED] == 2 and c.metric(RECEIVED, REVIEWS) == 2
+    assert a.metric(SENT, REVIEWS) == 1 and a.metric(SENT) == 0  # reviews are not counted as feedback
+
+    # ana changes her mind on host c: her latest verdict replaces the earlier one on every host
+    time.sleep(0.01)
+    c.review(review(verdict="faithful"))
+    rounds(a, b, c)
+    for host in (a, b, c):
+        assert host.verdicts()["ana"][:2] == ("faithful", ()), host.verdicts()
+    # the earlier verdict arriving late (an entry sent again) changes nothing
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    old = Review(TRACE, "faithfulness", "ana", "unfaithful", claims, reviewed_at=first["ana"][4])
+    raw.xadd(stream_key(u), {"r": json.dumps(old.to_dict())})
+    rounds(a, b, c, times=1)
+    assert all(host.verdicts()["ana"][0] == "faithful" for host in (a, b, c))
+
+
+def test_hostile_review_entries_are_skipped_and_counted(tmp_path, redis_server):
+    u = url(redis_server)
+    b = Host(tmp_path, "b", u)
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    key = stream_key(u)
+    good = review(at=1e9, claims=(ClaimVerdict("It opens at 9.", "contradicted"),)).to_dict()
+    hostile = [
+        {"r": "not json {"},
+        {"r": json.dumps(["a", "list"])},
+        {"r": json.dumps({**good, "metric": ""})},
+        {"r": json.dumps({**good, "verdict": "maybe"})},
+        {"r": json.dumps({**good, "verdict": None, "claims": []})},  # neither a verdict nor claims
+        {"r": json.dumps({**good, "claims": "all wrong"})},
+        {"r": json.dumps({**good, "claims": [{"statement": "x", "verdict": "perhaps"}]})},
+        {"r": json.dumps({**good, "claims": [{"statement": "x", "verdict": "no"}] * 201})},
+        {"r": json.dumps({**good, "reviewer": " "})},
+        {"r": json.dumps({**good, "trace_id": ""})},
+        {"r": json.dumps({**good, "trace_id": "t" * 300})},
+        {"r": json.dumps({**good, "reviewed_at": "yesterday"})},
+        {"r": json.dumps({**good, "reviewed_at": True})},
+        {"r": json.dumps({**good, "reviewed_at": float("inf")})},
+        {"r": json.dumps({**good, "reference": "z" * 3_000_000})},  # longer than any entry a relay writes
+    ]
+    for fields in hostile:
+        raw.xadd(key, fields)
+    raw.xadd(key, {"r": json.dumps({**good, "comment": "<script>" + "y" * 5000, "reviewer": "r" * 500})})
+    assert b.relay.run_once() == (0, 1)
+    assert b.relay.review_counts[MALFORMED] == len(hostile) and b.metric(MALFORMED, REVIEWS) == len(hostile)
+    assert b.relay.counts[MALFORMED] == 0  # a review entry is no malformed feedback
+    ((reviewer, (verdict, claims, _, comment, at)),) = b.verdicts().items()
+    assert verdict == "unfaithful" and claims == (ClaimVerdict("It opens at 9.", "contradicted"),) and at == 1e9
+    assert len(reviewer) == 128 and comment is not None and len(comment) == 4000 and comment.startswith("<script>")
+
+
+def test_an_outage_keeps_reviews_in_the_outbox_until_redis_is_back(tmp_path):
+    with RedisServer() as server:
+        u = url(server)
+        a, b = Host(tmp_path, "a", u), Host(tmp_path, "b", u)
+        server.stop()
+        a.review(review())
+        assert a.relay.run_once() == (0, 0)
+        assert a.store.outbox_size() == 1
+        assert a.registry.get_sample_value("ragtrace_feedback_relay_outbox") == 1
+        a.relay.shutdown(1.0)
+        a.store.close()
+        a2 = Host(tmp_path, "a", u)  # the process ended during the outage
+        server.start()
+        assert a2.relay.run_once() == (1, 0)
+        assert b.relay.run_once() == (0, 1)
+        assert b.verdicts()["ana"][0] == "unfaithful"
+
+
 def test_the_relay_thread_sends_and_stops_in_time(tmp_path, redis_server):
     u = url(redis_server)
     a, b = Host(tmp_path, "a", u), Host(tmp_path, "b", u)
@@ -231,6 +340,17 @@ def test_sdk_feedback_and_the_scored_record_show_on_both_hosts(tmp_path, redis_s
         assert shown_there["feedback"][0]["comment"] == "wrong opening hours"
         listed = httpx.get(f"{receiver.metrics}/api/v1/records", timeout=10).json()
         assert answer.trace_id in {r["trace_id"] for r in listed["records"]}
+
+        # a reviewer's verdict posted on the worker's explorer shows on the receiver's, and counts in its agreement
+        posted = httpx.post(
+            f"{worker.metrics}/api/v1/records/{answer.trace_id}/reviews",
+            json={"metric": "faithfulness", "verdict": "unfaithful", "reviewer": "ana", "comment": "hours are wrong"},
+            timeout=10,
+        )
+        assert posted.status_code == 201, posted.text
+        until(lambda: bool(on_receiver().get("reviews")), 60, "the review on the receiver's record", receiver)
+        (seen,) = on_receiver()["reviews"]
+        assert seen["reviewer"] == "ana" and seen["verdict"] == "unfaithful" and seen["comment"] == "hours are wrong"
 
 
 def test_a_key_of_another_type_is_logged_once_a_minute_not_every_round(tmp_path, redis_server, caplog):

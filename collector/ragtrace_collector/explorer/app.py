@@ -181,8 +181,10 @@ class Explorer(Component):
         labels: LabelStore | None = None,
         agreement: AgreementSource | None = None,
         feedback: FeedbackIntake | None = None,
+        relay: bool = False,
     ) -> None:
         self.store_path = store_path
+        self.relay = relay  # reviews made here also go to the other hosts (scaled out: review/feedback_relay.py)
         self.config = config
         self.review = review if review is not None else ReviewConfig()
         self.thresholds = thresholds if thresholds is not None else load_thresholds(config.rules_file)
@@ -469,7 +471,7 @@ class Explorer(Component):
         return (review_id(found), claims_of(found)) if found is not None else None
 
     def _add_review(self, review: Review) -> bool:
-        created = self.labels.add_review(review)
+        created = self.labels.add_review(review, relay=self.relay)
         self.agreement.invalidate()
         return created
 

@@ -1,31 +1,37 @@
-"""End-user feedback shared between hosts when the collector is scaled out on Redis.
+"""End-user feedback and reviewers' verdicts shared between hosts when the collector is scaled out on Redis.
 
 Why: feedback is stored by whichever receiver took the SDK's feedback span (or whichever explorer took the API post),
-but the record it is about is scored, and shown, by a worker on another host, whose results store is its own. Each
-collector with a label store therefore runs a relay beside it (the service starts one when ``queue.url`` is Redis):
+but the record it is about is scored, and shown, by a worker on another host, whose results store is its own; a
+review is stored by the explorer it was made on, while the review queue, the judge-vs-human agreement and
+``dataset export --reviewed`` of every other explorer need it too. Each collector with a label store therefore runs
+a relay beside it (the service starts one when ``queue.url`` is Redis):
 
-* **out**: what this host's intake stores goes, in the same SQLite transaction, into an outbox
-  (``LabelStore.add_feedback(relay=True)``); the relay appends the outbox to one Redis stream, ``{prefix}:feedback``
-  (``XADD ... MAXLEN ~ review.feedback_relay_max_entries``), and forgets what Redis took. While Redis is away the
-  outbox keeps it, on disk, and it is sent once Redis is back, whatever happened to the process meanwhile.
+* **out**: what this host's intake and explorer store goes, in the same SQLite transaction, into an outbox
+  (``LabelStore.add_feedback(relay=True)``, ``LabelStore.add_review(relay=True)``); the relay appends the outboxes
+  to one Redis stream, ``{prefix}:feedback`` (``XADD ... MAXLEN ~ review.feedback_relay_max_entries``), and forgets
+  what Redis took. While Redis is away the outboxes keep it, on disk, and it is sent once Redis is back, whatever
+  happened to the process meanwhile.
 * **in**: it reads the stream from where it left off (``XREAD``, every host reads every entry, no consumer group)
   and stores each item (``LabelStore.add_relayed``) with the stream position, in one transaction: a restart neither
-  skips nor repeats an entry. An item seen before (its own, coming back; a re-sent span) is stored once: the
-  feedback id. What others took is never sent on again.
+  skips nor repeats an entry. A feedback item seen before (its own, coming back; a re-sent span) is stored once: the
+  feedback id. A review replaces the reviewer's verdict on that record's metric only if it was made later (the
+  latest verdict is the reviewer's, as on one host; hosts' clocks decide between two made seconds apart). What
+  others took is never sent on again.
 
-Stream entries are read as untrusted: one that is not a well-formed feedback item is skipped and counted
-(``ragtrace_feedback_relayed_total{direction="malformed"}``), never raised. A host down for longer than the stream
-keeps entries misses the oldest of them; a stream that was deleted (its last id below the position) is read again
-from its start.
+Stream entries are read as untrusted: one that is not a well-formed item is skipped and counted
+(``ragtrace_feedback_relayed_total{direction="malformed"}``, ``ragtrace_reviews_relayed_total{...}`` for reviews),
+never raised. A host down for longer than the stream keeps entries misses the oldest of them; a stream that was
+deleted (its last id below the position) is read again from its start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -34,19 +40,29 @@ from ragtrace_collector.config import ReviewConfig
 from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
 from ragtrace_collector.review.labels import (
+    MAX_CLAIMS,
     MAX_COMMENT_CHARS,
     MAX_NAME_CHARS,
+    MAX_REFERENCE_CHARS,
+    MAX_STATEMENT_CHARS,
     BadLabel,
     Feedback,
     LabelStore,
+    Review,
     cut,
     feedback_value,
+    review_from_json,
 )
+
+T = TypeVar("T")
 
 _REVIEW = ReviewConfig()  # the default bound is the config's (``review`` section), written once there
 
-FIELD = "f"  # an entry's one field: the item as JSON
+FIELD = "f"  # a feedback entry's one field: the item as JSON
+REVIEW_FIELD = "r"  # a review entry's one field: the review as JSON
 MAX_ENTRY_CHARS = 4 * MAX_COMMENT_CHARS  # an entry longer than any item we write is not ours
+# A review holds a reference answer, a comment and up to MAX_CLAIMS claims; JSON may escape each character in six.
+MAX_REVIEW_ENTRY_CHARS = 6 * (MAX_REFERENCE_CHARS + MAX_COMMENT_CHARS + MAX_CLAIMS * (MAX_STATEMENT_CHARS + 64)) + 4096
 MAX_ID_CHARS = 256
 MAX_SERVICE_CHARS = 256
 
@@ -106,9 +122,37 @@ def feedback_of(fields: Any) -> Feedback | None:
     )
 
 
+def review_entry_of(review: Review) -> dict[str, str]:
+    """The stream entry of one review (what :func:`review_of` reads back)."""
+    return {REVIEW_FIELD: json.dumps(review.to_dict(), ensure_ascii=False, separators=(",", ":"))}
+
+
+def review_of(fields: Any) -> Review | None:
+    """The review a stream entry holds, or ``None`` when it is not a well-formed one: checked as the explorer's API
+    checks a review (``review_from_json``), with the time it was made."""
+    raw = fields.get(REVIEW_FIELD) if isinstance(fields, dict) else None
+    if not isinstance(raw, str) or len(raw) > MAX_REVIEW_ENTRY_CHARS:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    trace_id, reviewed_at = data.get("trace_id"), data.get("reviewed_at")
+    if not isinstance(trace_id, str) or not trace_id or len(trace_id) > MAX_ID_CHARS:
+        return None
+    if isinstance(reviewed_at, bool) or not isinstance(reviewed_at, int | float) or not math.isfinite(reviewed_at):
+        return None
+    try:
+        return dataclasses.replace(review_from_json(trace_id, data), reviewed_at=float(reviewed_at))
+    except BadLabel:
+        return None
+
+
 class FeedbackRelay(StreamFollower):
-    """Sends this host's feedback to the others and stores theirs, through one Redis stream (see the module
-    docstring); a thread of its own every ``interval`` seconds, so the event loop never waits on Redis."""
+    """Sends this host's feedback and reviews to the others and stores theirs, through one Redis stream (see the
+    module docstring); a thread of its own every ``interval`` seconds, so the event loop never waits on Redis."""
 
     def __init__(
         self,
@@ -131,7 +175,7 @@ class FeedbackRelay(StreamFollower):
         )
         self.store = store
         self.max_entries = max_entries
-        relayed = outbox = None
+        relayed = reviews = outbox = None
         if registry is not None:
             relayed = Counter(
                 "ragtrace_feedback_relayed",
@@ -140,13 +184,23 @@ class FeedbackRelay(StreamFollower):
                 ("direction",),
                 registry=registry,
             )
+            reviews = Counter(
+                "ragtrace_reviews_relayed",
+                "Reviewers' verdicts shared with the other hosts through Redis: sent (from this host's outbox),"
+                " received (new here, or later than the one kept) and malformed (stream entries skipped).",
+                ("direction",),
+                registry=registry,
+            )
             outbox = Gauge(
                 "ragtrace_feedback_relay_outbox",
-                "Feedback stored here and not yet sent to the other hosts (grows while Redis is unreachable).",
+                "Feedback and reviews stored here and not yet sent to the other hosts (grows while Redis is"
+                " unreachable).",
                 registry=registry,
             )
         self._outcomes = Outcomes(relayed, SENT, RECEIVED, MALFORMED)
         self.counts = self._outcomes.counts
+        self._review_outcomes = Outcomes(reviews, SENT, RECEIVED, MALFORMED)
+        self.review_counts = self._review_outcomes.counts
         self._outbox: Gauge | None = outbox
 
     def run_once(self) -> tuple[int, int]:
@@ -158,33 +212,55 @@ class FeedbackRelay(StreamFollower):
         return done
 
     def send(self) -> int:
+        sent = self._send_outbox(self.store.outbox, self.store.outbox_sent, entry_of)
+        self._outcomes.add(SENT, sent)
+        reviews = self._send_outbox(self.store.review_outbox, self.store.review_outbox_sent, review_entry_of)
+        self._review_outcomes.add(SENT, reviews)
+        return sent + reviews
+
+    def _send_outbox(
+        self,
+        read: Callable[[int], list[tuple[int, T]]],
+        sent_up_to: Callable[[int], None],
+        entry: Callable[[T], dict[str, str]],
+    ) -> int:
+        """Append one outbox to the stream a batch at a time, forgetting each batch once Redis took it."""
         sent = 0
         while True:
-            batch = self.store.outbox(self.BATCH)
+            batch = read(self.BATCH)
             if not batch:
                 break
             pipe = self._r.pipeline(transaction=False)
             for _, item in batch:
-                pipe.xadd(self.stream, entry_of(item), maxlen=self.max_entries, approximate=True)
+                pipe.xadd(self.stream, entry(item), maxlen=self.max_entries, approximate=True)
             pipe.execute()
-            self.store.outbox_sent(batch[-1][0])
+            sent_up_to(batch[-1][0])
             sent += len(batch)
             if len(batch) < self.BATCH:
                 break
-        self._outcomes.add(SENT, sent)
         return sent
 
     def position(self) -> str:
         return self.store.relay_position(self.stream)
 
     def take(self, entries: list[tuple[str, dict[str, str]]], last_id: str) -> int:
-        items = []
+        items: list[Feedback] = []
+        reviews: list[Review] = []
         for _, fields in entries:
+            if isinstance(fields, dict) and REVIEW_FIELD in fields:
+                review = review_of(fields)
+                if review is None:
+                    self._review_outcomes.add(MALFORMED, 1)
+                else:
+                    reviews.append(review)
+                continue
             item = feedback_of(fields)
             if item is None:
                 self._outcomes.add(MALFORMED, 1)
             else:
                 items.append(item)
-        received = sum(self.store.add_relayed(items, self.stream, last_id))
+        added, taken = self.store.add_relayed(items, self.stream, last_id, reviews)
+        received, reviewed = sum(added), sum(taken)
         self._outcomes.add(RECEIVED, received)
-        return received
+        self._review_outcomes.add(RECEIVED, reviewed)
+        return received + reviewed

@@ -72,6 +72,12 @@ CREATE TABLE IF NOT EXISTS feedback_outbox (
     seq          INTEGER PRIMARY KEY,
     feedback_id  TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS review_outbox (
+    seq          INTEGER PRIMARY KEY,
+    trace_id     TEXT NOT NULL,
+    metric       TEXT NOT NULL,
+    reviewer     TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS feedback_relay (
     stream       TEXT PRIMARY KEY,
     last_id      TEXT NOT NULL
@@ -214,6 +220,44 @@ def _claims_from_json(claims: Any) -> tuple[ClaimVerdict, ...]:
     return tuple(out)
 
 
+# A review another host relayed replaces the reviewer's verdict kept here only if it was made later.
+_UPSERT_LATER_REVIEW = (
+    "INSERT INTO reviews (trace_id, metric, reviewer, verdict, claims, reference, comment, reviewed_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (trace_id, metric, reviewer) DO UPDATE SET"
+    " verdict = excluded.verdict, claims = excluded.claims, reference = excluded.reference,"
+    " comment = excluded.comment, reviewed_at = excluded.reviewed_at WHERE excluded.reviewed_at > reviews.reviewed_at"
+)
+
+
+def _review_row(review: Review, reviewed_at: float) -> tuple[Any, ...]:
+    """A review as the ``reviews`` table's columns, in their order."""
+    claims = json.dumps([c.to_dict() for c in review.claims], ensure_ascii=False)
+    return (
+        review.trace_id,
+        review.metric,
+        review.reviewer,
+        review.verdict,
+        claims,
+        review.reference,
+        review.comment,
+        reviewed_at,
+    )
+
+
+def _review_of_row(row: Sequence[Any]) -> Review:
+    t, m, who, v, claims, ref, comment, at = row
+    return Review(
+        trace_id=t,
+        metric=m,
+        reviewer=who,
+        verdict=v,
+        claims=tuple(ClaimVerdict(c["statement"], c["verdict"]) for c in json.loads(claims or "[]")),
+        reference=ref,
+        comment=comment,
+        reviewed_at=at,
+    )
+
+
 class LabelStore(Component):
     """Feedback and reviews in SQLite (WAL), beside the results store's tables; thread-safe."""
 
@@ -323,9 +367,29 @@ class LabelStore(Component):
         with self._lock:
             self._db.execute("DELETE FROM feedback_outbox WHERE seq <= ?", (up_to,))
 
-    def outbox_size(self) -> int:
+    def review_outbox(self, limit: int) -> list[tuple[int, Review]]:
+        """The oldest ``limit`` reviews waiting to be sent to the other hosts, as stored now (a reviewer's latest
+        verdict), with their outbox positions."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM feedback_outbox").fetchone()[0])
+            rows = self._db.execute(
+                "SELECT o.seq, r.trace_id, r.metric, r.reviewer, r.verdict, r.claims, r.reference, r.comment,"
+                " r.reviewed_at FROM review_outbox o JOIN reviews r ON r.trace_id = o.trace_id"
+                " AND r.metric = o.metric AND r.reviewer = o.reviewer ORDER BY o.seq LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [(row[0], _review_of_row(row[1:])) for row in rows]
+
+    def review_outbox_sent(self, up_to: int) -> None:
+        """Forget the review outbox's entries up to position ``up_to`` (sent)."""
+        with self._lock:
+            self._db.execute("DELETE FROM review_outbox WHERE seq <= ?", (up_to,))
+
+    def outbox_size(self) -> int:
+        """Feedback and reviews stored here and not yet sent to the other hosts."""
+        with self._lock:
+            feedback = int(self._db.execute("SELECT COUNT(*) FROM feedback_outbox").fetchone()[0])
+            reviews = int(self._db.execute("SELECT COUNT(*) FROM review_outbox").fetchone()[0])
+        return feedback + reviews
 
     def relay_position(self, stream: str) -> str:
         """The id of the last entry of ``stream`` stored here (``0-0``: none yet, read it from its start)."""
@@ -333,14 +397,18 @@ class LabelStore(Component):
             row = self._db.execute("SELECT last_id FROM feedback_relay WHERE stream = ?", (stream,)).fetchone()
         return str(row[0]) if row else "0-0"
 
-    def add_relayed(self, items: Sequence[Feedback], stream: str, last_id: str) -> list[bool]:
-        """Store feedback other hosts took (never sent on again) and the position read up to, in one
-        transaction, so a restart neither skips nor repeats an entry; ``True`` where new here."""
+    def add_relayed(
+        self, items: Sequence[Feedback], stream: str, last_id: str, reviews: Sequence[Review] = ()
+    ) -> tuple[list[bool], list[bool]]:
+        """Store the feedback and reviews other hosts took (never sent on again) and the position read up to, in
+        one transaction, so a restart neither skips nor repeats an entry; ``True`` where new here (a review: new, or
+        later than the reviewer's verdict kept here, which it replaces: the latest verdict is the reviewer's)."""
         now = time.time()
         with self._transaction() as db:
             added = [self._insert_feedback(f, f.feedback_id, now) for f in items]
+            taken = [db.execute(_UPSERT_LATER_REVIEW, _review_row(r, r.reviewed_at)).rowcount == 1 for r in reviews]
             db.execute("INSERT OR REPLACE INTO feedback_relay (stream, last_id) VALUES (?, ?)", (stream, last_id))
-        return added
+        return added, taken
 
     def feedback_of(self, trace_id: str) -> list[Feedback]:
         """A trace's feedback, oldest first."""
@@ -367,9 +435,12 @@ class LabelStore(Component):
         return out
 
     # -- reviews ------------------------------------------------------------------------------
-    def add_review(self, review: Review) -> bool:
+    def add_review(self, review: Review, relay: bool = False) -> bool:
         """Store a review; ``True`` when new, ``False`` when it replaced the same reviewer's earlier verdict on
-        this record's metric (the latest verdict is the reviewer's verdict)."""
+        this record's metric (the latest verdict is the reviewer's verdict).
+
+        ``relay``: it also goes into the outbox that :mod:`ragtrace_collector.review.feedback_relay` sends to the
+        other hosts, in the same transaction (scaled out: a review made on any explorer counts on all)."""
         with self._transaction() as db:
             existed = db.execute(
                 "SELECT 1 FROM reviews WHERE trace_id = ? AND metric = ? AND reviewer = ?",
@@ -378,17 +449,13 @@ class LabelStore(Component):
             db.execute(
                 "INSERT OR REPLACE INTO reviews (trace_id, metric, reviewer, verdict, claims, reference, comment,"
                 " reviewed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    review.trace_id,
-                    review.metric,
-                    review.reviewer,
-                    review.verdict,
-                    json.dumps([c.to_dict() for c in review.claims], ensure_ascii=False),
-                    review.reference,
-                    review.comment,
-                    review.reviewed_at or time.time(),
-                ),
+                _review_row(review, review.reviewed_at or time.time()),
             )
+            if relay:
+                db.execute(
+                    "INSERT INTO review_outbox (trace_id, metric, reviewer) VALUES (?, ?, ?)",
+                    (review.trace_id, review.metric, review.reviewer),
+                )
         return existed is None
 
     def reviews_of(self, trace_id: str) -> list[Review]:
@@ -419,19 +486,7 @@ class LabelStore(Component):
                 + tail,
                 params,
             ).fetchall()
-        return [
-            Review(
-                trace_id=t,
-                metric=m,
-                reviewer=who,
-                verdict=v,
-                claims=tuple(ClaimVerdict(c["statement"], c["verdict"]) for c in json.loads(claims or "[]")),
-                reference=ref,
-                comment=comment,
-                reviewed_at=at,
-            )
-            for t, m, who, v, claims, ref, comment, at in rows
-        ]
+        return [_review_of_row(row) for row in rows]
 
     def counts(self) -> dict[str, int]:
         """How many feedback items and reviews are stored (the explorer's header; tests)."""

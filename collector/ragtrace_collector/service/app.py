@@ -367,6 +367,7 @@ class CollectorApp:
                 review=cfg.review,
                 labels=self.labels,
                 feedback=self.feedback,
+                relay=is_redis_url(cfg.queue_url),
             )
             await self.components.start("explorer", explorer)  # after the listener, its reader
             routes.append(explorer.add_routes)
