@@ -103,7 +103,10 @@ async def test_every_oversized_grpc_message_is_refused_and_counted(serve, caplog
         for size in (limit + 1, 3 * limit, 200 * limit):
             assert await _grpc_call(served.target, b"\x0a" * size) == grpc.StatusCode.RESOURCE_EXHAUSTED, size
     assert served.requests("grpc", "too_large") == 3
-    assert not caplog.records, caplog.text
+    # the receiver's and gRPC's own words only: a background exporter another test left (its OTel SDK logger) may
+    # log meanwhile in this process
+    said = [r for r in caplog.records if r.name.startswith(("ragtrace", "grpc", "asyncio", "aiohttp"))]
+    assert not said, caplog.text
     body = _good_body()
     assert await _grpc_call(served.target, body) == grpc.StatusCode.OK  # a good one still passes
     assert served.requests("grpc", "ok") == 1 and served.spans("grpc") == 3
