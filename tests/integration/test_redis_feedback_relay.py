@@ -154,6 +154,7 @@ def test_hostile_entries_are_skipped_and_counted(tmp_path, redis_server):
         {"f": json.dumps({**good, "source": "root"})},
         {"f": json.dumps({**good, "received_at": "yesterday"})},
         {"f": json.dumps({**good, "comment": "z" * 100_000})},  # longer than any entry a relay writes
+        {"f": "[" * 5000 + "]" * 5000},  # nested past the parser's depth
     ]
     for fields in hostile:
         raw.xadd(key, fields)
@@ -242,6 +243,7 @@ def test_hostile_review_entries_are_skipped_and_counted(tmp_path, redis_server):
         {"r": json.dumps({**good, "reviewed_at": True})},
         {"r": json.dumps({**good, "reviewed_at": float("inf")})},
         {"r": json.dumps({**good, "reference": "z" * 3_000_000})},  # longer than any entry a relay writes
+        {"r": "[" * 100_000 + "]" * 100_000},  # nested past the parser's depth
     ]
     for fields in hostile:
         raw.xadd(key, fields)

@@ -383,7 +383,7 @@ def parse_row(lineno: int, line: str) -> tuple[str, Any]:
     fallback_id = f"line-{lineno}"
     try:
         data = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
         return fallback_id, f"invalid JSON: {exc}"
     if not isinstance(data, dict):
         return fallback_id, f"a row must be a JSON object, got {type(data).__name__}"
@@ -412,7 +412,7 @@ def load_done(out: Path) -> dict[str, dict[str, Any]]:
     for chunk in lines:
         try:
             entry = json.loads(chunk)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(entry, dict) and "id" in entry:
             done[str(entry["id"])] = entry
@@ -422,7 +422,7 @@ def load_done(out: Path) -> dict[str, dict[str, Any]]:
                 json.loads(lines[-1])
                 fh.seek(0, os.SEEK_END)
                 fh.write(b"\n")
-            except ValueError:
+            except (ValueError, RecursionError):
                 fh.truncate(len(raw) - len(lines[-1]))
     return done
 
@@ -580,7 +580,7 @@ def read_labels(path: Path, limit: int | None) -> dict[str, bool]:
     for lineno, line in _iter_rows(path, limit):
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(data, dict) and isinstance(data.get("hallucinated"), bool):
             row_id = str(data["id"]) if data.get("id") not in (None, "") else f"line-{lineno}"

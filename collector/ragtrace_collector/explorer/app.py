@@ -699,7 +699,7 @@ class Explorer(Component):
             return _json({"error": f"the body is larger than {self.review.max_body_bytes} bytes"}, status=413)
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             return _json({"error": "the body must be a JSON object"}, status=400)
         found = await self._read(request, self._found, request.match_info["key"])
         try:
@@ -732,7 +732,7 @@ class Explorer(Component):
             return _json({"error": f"the body is larger than {self.review.max_body_bytes} bytes"}, status=413)
         try:
             item = _feedback_from_json(key.lower(), json.loads(body), idempotency)
-        except ValueError as exc:  # BadLabel, or a body that is not JSON
+        except (ValueError, RecursionError) as exc:  # BadLabel, or a body that is not JSON (or nested past the parser)
             message = str(exc) if isinstance(exc, BadLabel) else "the body must be a JSON object"
             return _json({"error": message}, status=400)
         try:

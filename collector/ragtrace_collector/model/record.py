@@ -54,7 +54,7 @@ class ToolCall(BaseModel):
             if isinstance(args, str):
                 try:
                     args = json.loads(args) if args.strip() else {}
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
                     raise ValueError(f"tool call arguments are not a JSON object: {args[:80]!r}") from None
             if args is not None:
                 return {**value, "args": args}

@@ -81,17 +81,23 @@ def entry_of(item: Feedback) -> dict[str, str]:
     return {FIELD: json.dumps(item.to_dict(), ensure_ascii=False, separators=(",", ":"))}
 
 
-def feedback_of(fields: Any) -> Feedback | None:
-    """The item a stream entry holds, or ``None`` when it is not a well-formed one (anyone with the Redis password
-    can write to the stream)."""
-    raw = fields.get(FIELD) if isinstance(fields, dict) else None
-    if not isinstance(raw, str) or len(raw) > MAX_ENTRY_CHARS:
+def _object_in(fields: Any, field: str, max_chars: int) -> dict[str, Any] | None:
+    """The JSON object in an entry's ``field``; ``None`` for anything else, or one longer than we ever write."""
+    raw = fields.get(field) if isinstance(fields, dict) else None
+    if not isinstance(raw, str) or len(raw) > max_chars:
         return None
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def feedback_of(fields: Any) -> Feedback | None:
+    """The item a stream entry holds, or ``None`` when it is not a well-formed one (anyone with the Redis password
+    can write to the stream)."""
+    data = _object_in(fields, FIELD, MAX_ENTRY_CHARS)
+    if data is None:
         return None
     trace_id, name, source = data.get("trace_id"), data.get("name"), data.get("source")
     feedback_id, comment, service = data.get("feedback_id"), data.get("comment"), data.get("service")
@@ -130,14 +136,8 @@ def review_entry_of(review: Review) -> dict[str, str]:
 def review_of(fields: Any) -> Review | None:
     """The review a stream entry holds, or ``None`` when it is not a well-formed one: checked as the explorer's API
     checks a review (``review_from_json``), with the time it was made."""
-    raw = fields.get(REVIEW_FIELD) if isinstance(fields, dict) else None
-    if not isinstance(raw, str) or len(raw) > MAX_REVIEW_ENTRY_CHARS:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = _object_in(fields, REVIEW_FIELD, MAX_REVIEW_ENTRY_CHARS)
+    if data is None:
         return None
     trace_id, reviewed_at = data.get("trace_id"), data.get("reviewed_at")
     if not isinstance(trace_id, str) or not trace_id or len(trace_id) > MAX_ID_CHARS:

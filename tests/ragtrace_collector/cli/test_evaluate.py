@@ -82,6 +82,7 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
                 json.dumps({"id": "bad", "retrieved_contexts": 5}),
                 json.dumps([1, 2]),
                 row(2, reference="Answer 2."),
+                "[" * 5000 + "]" * 5000,  # nested past the JSON parser's depth
             ]
         )
         + "\n"
@@ -92,8 +93,8 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
         == 0
     )
     lines = {e["id"]: e for e in read(out)}
-    assert set(lines) == {"r1", "line-2", "bad", "line-4", "r2"}
-    assert "invalid JSON" in lines["line-2"]["error"]
+    assert set(lines) == {"r1", "line-2", "bad", "line-4", "r2", "line-6"}
+    assert "invalid JSON" in lines["line-2"]["error"] and "invalid JSON" in lines["line-6"]["error"]
     assert "invalid row" in lines["bad"]["error"]
     assert "JSON object" in lines["line-4"]["error"]
     good = lines["r1"]
@@ -109,7 +110,7 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
     assert good["usage"]["calls"] == 3 and good["usage"]["prompt_tokens"] > 0
     assert lines["r2"]["scores"]["bleu"] is not None
     printed = capsys.readouterr().out
-    assert "faithfulness" in printed and "0.5000" in printed and "unreadable: 3" in printed
+    assert "faithfulness" in printed and "0.5000" in printed and "unreadable: 4" in printed
 
 
 def test_an_interrupted_run_resumes_without_redoing_rows(server, tmp_path):

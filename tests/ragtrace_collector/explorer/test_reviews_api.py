@@ -98,6 +98,13 @@ def test_unknown_records_oversized_and_malformed_bodies(stack: Fed):
         timeout=10,
     )
     assert raw.status_code == 400 and "JSON" in raw.json()["error"]
+    nested = b"[" * 30_000 + b"]" * 30_000  # within the body bound, nested past the JSON parser's depth: was a 500
+    for path, token in (
+        (f"/api/v1/records/{trace(stack, 4)}/reviews", REVIEW),
+        (f"/api/v1/records/{trace(stack, 4)}/feedback", INGEST),
+    ):
+        deep = httpx.post(stack.base + path, content=nested, headers=bearer(token), timeout=10)
+        assert deep.status_code == 400 and "JSON" in deep.json()["error"], (path, deep.status_code, deep.text[:200])
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the bound holds while reading
         yield b'{"metric": "faithfulness", "comment": "'

@@ -1,8 +1,9 @@
 """The shared contracts import and hold their basic promises."""
 
 import pytest
+from pydantic import ValidationError
 
-from ragtrace_collector.model.record import RagRecord
+from ragtrace_collector.model.record import RagRecord, ToolCall
 from ragtrace_collector.model.result import MetricResult
 
 
@@ -25,3 +26,10 @@ def test_record_rejects_contexts_that_are_not_a_list():
 
     with pytest.raises(ValidationError):
         RagRecord(user_input="q", retrieved_contexts="one string", response="x")
+
+
+def test_tool_call_arguments_nested_past_the_parsers_depth_are_a_validation_error():
+    # span content: a RecursionError escaped pydantic and the record was lost as an assembly error
+    nested = "[" * 5000 + "]" * 5000
+    with pytest.raises(ValidationError, match="not a JSON object"):
+        ToolCall.model_validate({"name": "lookup", "arguments": nested})

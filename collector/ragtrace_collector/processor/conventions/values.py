@@ -72,7 +72,7 @@ def maybe_json(value: Any) -> Any:
         if text[:1] in ("{", "[", '"'):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth, a text all the same
                 return value
     return value
 

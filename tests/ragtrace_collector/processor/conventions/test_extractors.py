@@ -260,3 +260,32 @@ def test_summary_and_full_record_agree_on_the_shared_fields():
     for name in ("pipeline", "model", "input_tokens", "output_tokens", "request_duration_seconds", "error"):
         assert getattr(summary, name) == getattr(full, name)
     assert summary.context_scores == full.context_scores
+
+
+# --- hostile content ---
+
+
+@pytest.mark.parametrize("depth", [900, 5000])  # just inside the parser's depth, and far past it
+@pytest.mark.parametrize(
+    ("span", "key"),
+    [
+        (2, "gen_ai.input.messages"),
+        (2, "gen_ai.output.messages"),
+        (2, "gen_ai.system_instructions"),
+        (1, "gen_ai.retrieval.documents"),
+        (0, "output.value"),
+        (0, "input.value"),
+    ],
+)
+def test_json_nested_past_the_parsers_depth_is_text_and_the_record_is_built(span: int, key: str, depth: int):
+    # an app's message or answer that looks like JSON nested thousands deep raised RecursionError: the trace was
+    # dropped as an assembly error, its record and latency lost
+    nested = "[" * depth + "]" * depth
+    specs = F.ragtrace_shaped()
+    specs[span].attributes[key] = nested
+    spans = spans_of(specs)
+    full, summary = build_record("t", spans), build_summary("t", spans)
+    assert summary.model == full.model == "offline-extractive"
+    assert len(full.retrieved_contexts) == 3
+    assert full.response in (F.ANSWER, nested)  # the answer, or the hostile text kept as text
+    assert full.user_input in (F.QUESTION, nested)

@@ -109,6 +109,16 @@ async def test_malformed_json_twice_is_a_clear_error_not_a_score(server):
     assert len(server.chat_requests()) == 2
 
 
+async def test_json_nested_past_the_parsers_depth_is_malformed_not_a_crash(server):
+    # a hostile or broken judge: RecursionError escaped the reply parser, past the repair and the error path
+    nested = "[" * 30_000 + "]" * 30_000  # within judge.max_reply_chars
+    server.push(nested, '{"claims": ' + nested + "}")
+    res = await faithfulness(judge_for(server))
+    assert res.status == "error" and res.score is None and not res.retryable
+    assert "invalid judge reply after one repair attempt" in res.reason
+    assert len(server.chat_requests()) == 2
+
+
 async def test_missing_fields_are_repaired(server):
     server.push(CLAIMS, {"verdicts": [{"id": 1, "reason": "no verdict field"}]}, VERDICTS)
     res = await faithfulness(judge_for(server))

@@ -51,7 +51,7 @@ def validate(
     """``content`` read (as JSON, or by ``parse``), validated against ``schema`` and ``check``; else :class:`InvalidReply`."""
     try:
         data = (parse or parse_json_object)(content)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth
         raise InvalidReply(f"not valid JSON ({exc})" if parse is None else f"not in the format ({exc})") from None
     try:
         parsed = schema.model_validate(data)
