@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 STATUS_ERROR = 2  # OTLP Status.code of a span that failed
+# The longest a span, or any time a span reports (TTFT, time per token), may last: past it, a broken clock or a hostile
+# client. A RAG request lasts seconds; the receivers refuse longer spans, the conventions ignore longer timings.
+MAX_SPAN_SECONDS = 24 * 3600
 # Key under which the receivers keep a span event's own timestamp (unix ns) in its attributes dict: the
 # conventions read first-token times from events (peer conventions issue); no OTel attribute has this name.
 EVENT_TIME = "@time_unix_nano"

@@ -29,7 +29,14 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ragtrace_collector.model.spans import EVENT_TIME, LOG_EVENTS, DecodedLogs, DecodedRequest, SpanData
+from ragtrace_collector.model.spans import (
+    EVENT_TIME,
+    LOG_EVENTS,
+    MAX_SPAN_SECONDS,
+    DecodedLogs,
+    DecodedRequest,
+    SpanData,
+)
 
 # Attribute keys (by prefix) any convention reader looks at; the rest is never copied.
 KEPT_PREFIXES: tuple[str, ...] = (
@@ -64,10 +71,9 @@ _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _BAD_HEX = base64.b64encode(b"\x00").decode("ascii")  # an id of the wrong length: refused, never read as absent
 
-# Timestamps beyond these are a broken clock or a hostile client; one such span would skew the duration
-# histograms' sums for good, so it is refused. A RAG request lasts seconds; clocks drift by minutes, or by
-# whole hours when a time zone is mistaken for UTC.
-MAX_SPAN_SECONDS = 24 * 3600
+# Timestamps beyond these (and spans longer than MAX_SPAN_SECONDS) are a broken clock or a hostile client; one such
+# span would skew the duration histograms' sums for good, so it is refused. Clocks drift by minutes, or by whole
+# hours when a time zone is mistaken for UTC.
 MAX_FUTURE_SECONDS = 24 * 3600
 
 # Why a span was refused: the bounded ``reason`` label of ragtrace_spans_rejected_total.

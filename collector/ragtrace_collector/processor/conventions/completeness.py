@@ -138,11 +138,11 @@ def _explain(field: str, ts: TraceSpans, record: RagRecord) -> Missing:
     if field == MODEL:
         return Missing(field, LLM_NO_MODEL, f"LLM span(s) {names} recorded no model name")
     if field == TOKENS:
-        return Missing(field, LLM_NO_TOKENS, f"LLM span(s) {names} recorded no token counts")
+        return Missing(field, LLM_NO_TOKENS, f"LLM span(s) {names} recorded no token counts (whole numbers, 0 to 10^9)")
     return Missing(
         field,
         STREAM_NO_FIRST_TOKEN,
-        f"LLM span(s) {names} streamed but recorded no first-token event or time-to-first-chunk attribute",
+        f"LLM span(s) {names} streamed but recorded no first-token event or time-to-first-chunk attribute (0 to 24 h)",
     )
 
 

@@ -25,8 +25,9 @@ from ragtrace_collector.processor.conventions.values import (
     ANSWER_KEYS,
     QUERY_KEYS,
     as_bool,
-    as_float,
+    as_count,
     as_int,
+    as_seconds,
     first,
     json_dict,
     maybe_json,
@@ -366,7 +367,7 @@ def _call_generation(call: list[SpanData]) -> dict[str, Any]:
         usage = next((u for s in inner_first if (u := _langfuse_tokens(s.attrs)) != (None, None)), (None, None))
         out["input_tokens"], out["output_tokens"] = usage
     out["streamed"] = next((f for f in map(_stream_flag, inner_first) if f is not None), None)
-    ttft = as_float(out["ttft"])
+    ttft = as_seconds(out["ttft"])
     if ttft is None:
         for s in inner_first:
             t = _first_token_time(s)
@@ -401,16 +402,16 @@ def extract_generation(ts: TraceSpans) -> GenerationFields:
         c = _call_generation(call)
         model = c["model"] or model
         provider = c["provider"] or provider
-        it, ot = as_int(c["input_tokens"]), as_int(c["output_tokens"])
+        it, ot = as_count(c["input_tokens"]), as_count(c["output_tokens"])
         if it is not None:
             input_tokens = (input_tokens or 0) + it
         if ot is not None:
             output_tokens = (output_tokens or 0) + ot
         if c["streamed"] is not None:
             streamed = c["streamed"]
-            ttft, tpot = c["ttft"], as_float(c["tpot"])
+            ttft, tpot = c["ttft"], as_seconds(c["tpot"])
         elif c["ttft"] is not None:
-            ttft, tpot = c["ttft"], as_float(c["tpot"])
+            ttft, tpot = c["ttft"], as_seconds(c["tpot"])
         durations.append(c["duration"])
     duration = _summed(durations)
     if (

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from ragtrace_collector.model.spans import MAX_SPAN_SECONDS
+
+# The most tokens one model call may report: past it the count is broken, not big (the largest context windows
+# hold about 2·10⁶). A billion added to ragtrace_tokens_total would stay in its rate for the counter's lifetime.
+MAX_TOKENS = 10**9
 
 # Where a JSON input or output holds the text. Beside the usual names: OpenLLMetry's LangChain callback handler
 # writes a chain's ``traceloop.entity.input`` as ``{"inputs": ..., "tags", "metadata", "kwargs"}`` (a retriever's
@@ -37,18 +44,33 @@ def first(attrs: Mapping[str, Any], keys: Iterable[str]) -> Any:
 
 
 def as_float(value: Any) -> float | None:
+    """A finite number, or None: NaN and infinities (``"inf"``, ``"1e400"``) are no measurement."""
     if value is None or isinstance(value, bool):
         return None
     try:
         out = float(value)
     except (TypeError, ValueError):
         return None
-    return out if out == out else None  # drop NaN
+    return out if math.isfinite(out) else None
 
 
 def as_int(value: Any) -> int | None:
     f = as_float(value)
     return int(f) if f is not None else None
+
+
+def as_count(value: Any, limit: int = MAX_TOKENS) -> int | None:
+    """A count an app reports (tokens): a whole number from 0 to ``limit``, else None, as if unreported (-1 is some
+    SDKs' "unknown"; a negative amount would also make the Prometheus counter raise and lose the record)."""
+    n = as_int(value)
+    return n if n is not None and 0 <= n <= limit else None
+
+
+def as_seconds(value: Any) -> float | None:
+    """A time an app reports (TTFT, time per token): from 0 to ``MAX_SPAN_SECONDS``, else None, as if unreported;
+    one such value would skew a latency histogram's sum for good."""
+    f = as_float(value)
+    return f if f is not None and 0.0 <= f <= MAX_SPAN_SECONDS else None
 
 
 def as_bool(value: Any) -> bool | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -289,3 +290,45 @@ def test_json_nested_past_the_parsers_depth_is_text_and_the_record_is_built(span
     assert len(full.retrieved_contexts) == 3
     assert full.response in (F.ANSWER, nested)  # the answer, or the hostile text kept as text
     assert full.user_input in (F.QUESTION, nested)
+
+
+IMPLAUSIBLE = [float("inf"), "inf", "1e400", -5, "-1", -1e300, 1e300, 2e9]
+
+
+@pytest.mark.parametrize("value", IMPLAUSIBLE, ids=repr)
+def test_implausible_tokens_and_timings_are_ignored_and_the_record_is_built(value):
+    # infinite token counts raised OverflowError and negative ones made the Prometheus counter raise: either lost the
+    # whole record (an assembly error); a huge one poisoned the histograms' sums for good
+    from prometheus_client import CollectorRegistry
+
+    from ragtrace_collector.telemetry.ingest import IngestMetrics
+
+    specs = F.ragtrace_shaped()
+    generator = specs[2].attributes
+    generator.update(
+        {
+            "gen_ai.usage.input_tokens": value,
+            "gen_ai.usage.output_tokens": value,
+            "gen_ai.response.time_to_first_chunk": value,
+            "ragtrace.response.time_per_output_token": value,
+        }
+    )
+    specs[1].attributes["retrieval.documents.0.document.score"] = value
+    spans = spans_of(specs)
+    full, summary = build_record("t", spans), build_summary("t", spans)
+    for facts in (full, summary):
+        assert facts.input_tokens is None and facts.output_tokens is None
+        assert facts.ttft_seconds is None and facts.tpot_seconds is None
+        assert facts.model == "offline-extractive" and facts.request_duration_seconds is not None
+    assert all(s is None or math.isfinite(s) for s in summary.context_scores)
+    registry = CollectorRegistry()
+    IngestMetrics(registry).observe_record(summary)
+    sums = [s.value for m in registry.collect() for s in m.samples if s.name.endswith("_sum")]
+    assert sums and all(abs(v) < 1e6 for v in sums), sums
+
+
+def test_plausible_tokens_and_timings_are_kept():
+    specs = F.ragtrace_shaped()
+    specs[2].attributes.update({"gen_ai.usage.input_tokens": 2_000_000, "gen_ai.usage.output_tokens": 0})
+    summary = build_summary("t", spans_of(specs))
+    assert (summary.input_tokens, summary.output_tokens, summary.ttft_seconds) == (2_000_000, 0, 0.004)
