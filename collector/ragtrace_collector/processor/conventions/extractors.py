@@ -413,7 +413,7 @@ def extract_generation(ts: TraceSpans) -> GenerationFields:
         elif c["ttft"] is not None:
             ttft, tpot = c["ttft"], as_seconds(c["tpot"])
         durations.append(c["duration"])
-    duration = _summed(durations)
+    duration = as_seconds(_summed(durations))  # past a day: calls whose clocks disagree, no generation (as timings)
     if (
         tpot is None
         and ttft is not None
@@ -532,8 +532,12 @@ def extract_timings(ts: TraceSpans) -> TimingFields:
     starts = [s.start for s in ts.spans if s.start]
     ends = [s.end for s in ts.spans if s.end]
     return {
-        "request_duration_seconds": _request_duration(ts, min(starts, default=None), max(ends, default=None)),
-        "retrieval_duration_seconds": _retrieval_duration(ts),
+        # each span is at most a day long; a range or sum past a day is spans whose clocks disagree (or a hostile
+        # trace), never a request: no duration rather than one a latency histogram's sum keeps for good
+        "request_duration_seconds": as_seconds(
+            _request_duration(ts, min(starts, default=None), max(ends, default=None))
+        ),
+        "retrieval_duration_seconds": as_seconds(_retrieval_duration(ts)),
         "start_time_unix_nano": min(starts) if starts else None,
         "end_time_unix_nano": max(ends) if ends else None,
     }

@@ -332,3 +332,32 @@ def test_plausible_tokens_and_timings_are_kept():
     specs[2].attributes.update({"gen_ai.usage.input_tokens": 2_000_000, "gen_ai.usage.output_tokens": 0})
     summary = build_summary("t", spans_of(specs))
     assert (summary.input_tokens, summary.output_tokens, summary.ttft_seconds) == (2_000_000, 0, 0.004)
+
+
+def test_a_trace_whose_spans_are_decades_apart_has_no_request_duration():
+    # each span valid alone (a device whose clock reset to 1970, beside one that did not): the two roots' range made
+    # a request of 56 years, which a latency histogram's sum keeps for good
+    trace_id, request = F.to_request(F.ragtrace_shaped())
+    spans = request.resource_spans[0].scope_spans[0].spans
+    generator = next(s for s in spans if s.name == "answer")
+    generator.parent_span_id = b""  # a second root
+    generator.start_time_unix_nano, generator.end_time_unix_nano = 10**9, 10**9 + 10**6
+    summary = build_summary(trace_id, extract_spans(request).traces[trace_id])
+    assert summary.request_duration_seconds is None or summary.request_duration_seconds <= 24 * 3600
+
+
+def test_model_calls_that_sum_past_a_day_have_no_generation_duration():
+    import time
+
+    trace_id, request = F.to_request(F.ragtrace_shaped())
+    spans = request.resource_spans[0].scope_spans[0].spans
+    generator = next(s for s in spans if s.name == "answer")
+    now = time.time_ns()
+    for i in range(5):  # five calls of 23 hours each, every one valid alone
+        call = spans.add()
+        call.CopyFrom(generator)
+        call.span_id = bytes([9, 9, 9, 9, 9, 9, 9, i])
+        call.start_time_unix_nano, call.end_time_unix_nano = now - 23 * 3600 * 10**9, now
+    summary = build_summary(trace_id, extract_spans(request).traces[trace_id])
+    assert summary.generation_duration_seconds is None or summary.generation_duration_seconds <= 24 * 3600
+    assert summary.model == "offline-extractive"
