@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragtrace import attributes as A
-from ragtrace_collector.processor.conventions.values import as_float, indexed, json_dict, maybe_json
+from ragtrace_collector.processor.conventions.values import as_float, indexed, json_dict, list_index, maybe_json
 
 LANGFUSE_INPUT = "langfuse.observation.input"
 LANGFUSE_OUTPUT = "langfuse.observation.output"
@@ -49,9 +49,9 @@ def document_scores(attrs: Mapping[str, Any], prefix: str) -> list[float | None]
     # filtered at C speed first: a retrieval span holds every document's text and metadata beside its scores
     for key in [k for k in attrs if k.endswith(".document.score")]:
         if key.startswith(start):
-            idx = key[len(start) :].partition(".")[0]
-            if idx.isdigit():
-                found[int(idx)] = as_float(attrs[key])
+            i = list_index(key[len(start) :].partition(".")[0])
+            if i is not None:
+                found[i] = as_float(attrs[key])
     return [found[i] for i in sorted(found)]
 
 

@@ -137,6 +137,12 @@ def _dict_text(value: dict[str, Any], keys: tuple[str, ...]) -> str | None:
     return None
 
 
+def list_index(text: str) -> int | None:
+    """The position a flattened list's key states (``retrieval.documents.3...``): ASCII digits, at most nine; None
+    for anything else (``str.isdigit`` also takes "²" and a 5,000-digit run, which ``int`` refuses)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
 def indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
     """Flattened lists: ``{prefix}.{i}.{field...}`` → ``{i: {field: value}}`` (fields keep their dots)."""
     out: dict[int, dict[str, Any]] = {}
@@ -146,9 +152,10 @@ def indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
         if not key.startswith(start):
             continue
         idx, _, fld = key[n:].partition(".")
-        if not idx.isdigit() or not fld:
+        i = list_index(idx)
+        if i is None or not fld:
             continue
-        out.setdefault(int(idx), {})[fld] = value
+        out.setdefault(i, {})[fld] = value
     return dict(sorted(out.items()))
 
 

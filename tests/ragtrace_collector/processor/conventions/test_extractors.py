@@ -361,3 +361,16 @@ def test_model_calls_that_sum_past_a_day_have_no_generation_duration():
     summary = build_summary(trace_id, extract_spans(request).traces[trace_id])
     assert summary.generation_duration_seconds is None or summary.generation_duration_seconds <= 24 * 3600
     assert summary.model == "offline-extractive"
+
+
+@pytest.mark.parametrize("index", ["²", "1" * 5000, "٣"], ids=["superscript two", "5000 digits", "arabic-indic three"])
+def test_a_flattened_list_index_that_is_no_plain_number_is_skipped_and_the_record_is_built(index: str):
+    # str.isdigit() is true of "²" and of a 5,000-digit run, and int() refuses both: one such key lost the record
+    specs = F.ragtrace_shaped()
+    specs[1].attributes[f"retrieval.documents.{index}.document.content"] = "a hostile document"
+    specs[1].attributes[f"retrieval.documents.{index}.document.score"] = 0.5
+    specs[2].attributes[f"gen_ai.prompt.{index}.content"] = "a hostile prompt"
+    spans = spans_of(specs)
+    full, summary = build_record("t", spans), build_summary("t", spans)
+    assert [c.content for c in full.retrieved_contexts] == [d[1] for d in F.DOCS[:3]]
+    assert len(summary.context_scores) == 3 and full.response == F.ANSWER

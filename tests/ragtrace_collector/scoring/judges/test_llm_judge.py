@@ -119,6 +119,19 @@ async def test_json_nested_past_the_parsers_depth_is_malformed_not_a_crash(serve
     assert len(server.chat_requests()) == 2
 
 
+@pytest.mark.parametrize("tokens", [-5, 10**30], ids=["negative", "1e30"])
+async def test_implausible_usage_from_the_judge_is_counted_as_unreported(server, tokens):
+    # a proxy's or a hostile judge's usage: -5 made the Prometheus counter raise, 10^30 spent the token budget
+    # and stayed in ragtrace_judge_tokens_total for good
+    server.push(
+        Reply(json=CLAIMS, prompt_tokens=tokens, completion_tokens=tokens),
+        Reply(json=VERDICTS, prompt_tokens=tokens, completion_tokens=tokens),
+    )
+    res = await faithfulness(judge_for(server))
+    assert res.status == "scored" and res.usage.calls == 2
+    assert (res.usage.prompt_tokens, res.usage.completion_tokens) == (0, 0)
+
+
 async def test_missing_fields_are_repaired(server):
     server.push(CLAIMS, {"verdicts": [{"id": 1, "reason": "no verdict field"}]}, VERDICTS)
     res = await faithfulness(judge_for(server))
@@ -299,6 +312,17 @@ async def test_geval_weights_scores_by_token_probabilities(server):
     )
     assert res2.score == pytest.approx(8 / 9) and res2.details["weighted"] is False
     assert sum(judge_task(r.body) == P.TASK_GEVAL_STEPS for r in server.chat_requests()) == 1
+
+
+async def test_geval_reads_only_plain_digits_among_the_score_tokens(server):
+    # a judge's alternatives may hold "²" or "٣": str.isdigit() took them and int() raised, losing the score
+    steps = {"steps": ["Read the answer."]}
+    score_tokens = [{'{"': 0.0}, {"score": 0.0}, {'":': 0.0}, {"7": math.log(0.6), "²": math.log(0.3), "٣": -3.0}]
+    server.push(steps, Reply(json={"score": 7, "reason": "concise"}, logprobs=score_tokens))
+    options = ScoringOptions(geval={"name": "conciseness", "criteria": "Is the answer concise?"})
+    [res] = await evaluate_record(RECORD, ["geval"], judge_for(server), options)
+    assert res.status == "scored", res.reason
+    assert res.details["weighted_score"] == pytest.approx(7.0)
 
 
 async def test_safety_majority_vote_with_independent_votes(server):

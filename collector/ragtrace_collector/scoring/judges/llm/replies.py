@@ -94,6 +94,11 @@ def ids_problem(ids: Sequence[int], n: int, field: str) -> str | None:
     return f"expected exactly one entry per id 1..{n} in '{field}': {'; '.join(problems)}" if problems else None
 
 
+def _plain_digits(token: str) -> bool:
+    """A score token: ASCII digits (``str.isdigit`` also takes "²", which ``int`` refuses, and "٣")."""
+    return token.isascii() and token.isdigit() and len(token) <= 6
+
+
 def score_probabilities(logprobs: Sequence[TokenAlternatives] | None, lo: int, hi: int) -> dict[int, float] | None:
     """Probabilities of each candidate score from the score token's top log-probabilities.
 
@@ -105,11 +110,11 @@ def score_probabilities(logprobs: Sequence[TokenAlternatives] | None, lo: int, h
         return None
     seen = ""
     for entry in logprobs:
-        if "score" in seen and entry.token.strip(' ":').isdigit():
+        if "score" in seen and _plain_digits(entry.token.strip(' ":')):
             probs: dict[int, float] = {}
             for token, logprob in entry.top:
                 t = token.strip(' ":')
-                if t.isdigit() and lo <= int(t) <= hi:
+                if _plain_digits(t) and lo <= int(t) <= hi:
                     probs[int(t)] = probs.get(int(t), 0.0) + math.exp(logprob)
             if not probs:
                 return None

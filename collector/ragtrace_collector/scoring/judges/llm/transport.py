@@ -46,6 +46,10 @@ if not os.environ.get("LITELLM_LOG"):
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
 
 TOP_LOGPROBS = 20  # alternatives asked per reply token when log-probabilities are wanted
+# The most tokens one judge call may report using: past it (or below 0) the usage is broken, counted as unreported.
+# A negative count made ragtrace_judge_tokens_total raise; a huge one spent the token budget for the hour and stayed
+# in the counter's rate for good.
+MAX_CALL_TOKENS = 10**8
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ class LLMTransport:
             _digest(texts),
         )
         usage = _get(resp, "usage") or {}
-        record_usage(calls=1, prompt_tokens=int(_get(usage, "prompt_tokens", 0) or 0))
+        record_usage(calls=1, prompt_tokens=_tokens(usage, "prompt_tokens"))
         data = sorted(_get(resp, "data") or [], key=lambda d: _get(d, "index", 0))
         vectors = [list(map(float, _get(d, "embedding"))) for d in data]
         if len(vectors) != len(texts):
@@ -297,8 +301,8 @@ class LLMTransport:
             cost = 0.0
         record_usage(
             calls=1,
-            prompt_tokens=int(_get(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(_get(usage, "completion_tokens", 0) or 0),
+            prompt_tokens=_tokens(usage, "prompt_tokens"),
+            completion_tokens=_tokens(usage, "completion_tokens"),
             cost_usd=cost if math.isfinite(cost) else 0.0,
         )
 
@@ -344,6 +348,14 @@ def _token_logprobs(choice: Any) -> tuple[TokenAlternatives, ...] | None:
 def _digest(request: Any) -> str:
     """A request's identity (for telling a refused record from a refused configuration)."""
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()
+
+
+def _tokens(usage: Any, name: str) -> int:
+    """A token count of a reply's usage: a whole number from 0 to ``MAX_CALL_TOKENS``, else 0 (unreported)."""
+    value = _get(usage, name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return int(value) if 0 <= value <= MAX_CALL_TOKENS else 0
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
