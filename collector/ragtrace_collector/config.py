@@ -119,6 +119,10 @@ DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
 # about a tenth more records/s on 2 cores; the feature model is pure Python, where a second thread only
 # contends for the GIL (a tenth fewer records/s). Figures: bench/local_judge.py.
 DEFAULT_LOCAL_JUDGE_WORKERS: dict[str, int] = {"reader": 2, "cascade": 2, "features": 1}
+# The most characters (answer, claims, contexts, question together) one decision of the embedded judge reads
+# (``local_judge.max_chars``): its work grows with claims × context sentences (a 337 KB answer took 311 s on 2 cores),
+# so a longer record is that record's error, as a judge's context window is an LLM's (300,000 ≈ 75k tokens).
+DEFAULT_LOCAL_JUDGE_MAX_CHARS = 300_000
 
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
 ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)
@@ -338,6 +342,8 @@ class LocalJudgeConfig(_Section):
     # threads the judge decides on (records are scored scoring.concurrency at a time); unset: the model's own
     # default (DEFAULT_LOCAL_JUDGE_WORKERS: 2 for reader and cascade, 1 for features)
     workers: int | None = Field(default=None, ge=1, le=64)
+    # characters one decision reads (answer and contexts together); a longer record is its error, never retried
+    max_chars: int = Field(default=DEFAULT_LOCAL_JUDGE_MAX_CHARS, ge=1_000)
 
 
 class GEvalConfig(_Section):

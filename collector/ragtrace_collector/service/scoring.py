@@ -323,7 +323,7 @@ def judge_from_config(judge_cfg: JudgeConfig, local_cfg: LocalJudgeConfig | None
     ``local_judge`` section), else an LLM judge through litellm."""
     if judge_cfg.model == "local":
         local = local_cfg or LocalJudgeConfig()
-        return make_judge("local", model=local.model, workers=local.workers)
+        return make_judge("local", model=local.model, workers=local.workers, max_chars=local.max_chars)
     from ragtrace_collector.scoring.judges.llm import missing_key_variables
 
     missing = missing_key_variables(judge_cfg.model, judge_cfg.api_key, judge_cfg.base_url)

@@ -352,3 +352,24 @@ async def test_statements_about_the_passages_do_not_make_a_chunk_useful(judge: L
     assert await judge.chunk_relevance(question, refusal, CONTEXTS) == [False, False]
     [r] = await evaluate_record(record(refusal, question=question), ["context_precision"], judge)
     assert r.status == "scored" and r.score == 0.0
+
+
+async def test_a_record_past_max_chars_is_that_records_error_in_a_moment() -> None:
+    # a 337 KB answer took the judge 311 s on 2 cores (claims × context sentences); an LLM judge refuses it at its
+    # context window, so does the local one at local_judge.max_chars: the record's error, said, never retried
+    import time
+
+    judge = LocalJudge(max_chars=20_000)
+    long_answer = "The Eiffel Tower was completed in March 1889. " * 1000  # 46,000 characters
+    started = time.monotonic()
+    results = await evaluate_record(
+        record(long_answer), ["faithfulness", "hallucination", "answer_relevancy", "context_precision"], judge
+    )
+    assert time.monotonic() - started < 5
+    for result in results:
+        assert result.status == "error" and not result.retryable, result
+        assert "local_judge.max_chars" in result.reason and "20,000" in result.reason, result.reason
+    # under the bound, as before
+    (ok,) = await evaluate_record(record(SUPPORTED), ["faithfulness"], judge)
+    assert ok.status == "scored" and ok.score == 1.0
+    assert LocalJudge().max_chars == 300_000  # the config's default

@@ -53,6 +53,11 @@ one record's text work (pure Python, holding the GIL) runs while another's cross
 onnxruntime (which releases it). Every decision gets what it needs as arguments (the question comes
 with ``verify_claims``) and the shared state (caches, cascade counters) is locked, so a verdict
 never depends on other records in flight.
+
+``max_chars`` (the collector's ``local_judge.max_chars``, default ``DEFAULT_LOCAL_JUDGE_MAX_CHARS``): the most
+characters one decision reads, answer and contexts together. Past it the decision raises a :class:`JudgeError` that
+is not retried (the record's error, with that reason), as an LLM judge's context window does: the work grows with
+claims × context sentences, and one long record would hold a worker thread for minutes.
 """
 
 from __future__ import annotations
@@ -71,7 +76,12 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ragtrace_collector.config import DEFAULT_LOCAL_JUDGE_MODEL, DEFAULT_LOCAL_JUDGE_WORKERS, LOCAL_JUDGE_MODELS
+from ragtrace_collector.config import (
+    DEFAULT_LOCAL_JUDGE_MAX_CHARS,
+    DEFAULT_LOCAL_JUDGE_MODEL,
+    DEFAULT_LOCAL_JUDGE_WORKERS,
+    LOCAL_JUDGE_MODELS,
+)
 from ragtrace_collector.scoring.capabilities import (
     ChunkRelevance,
     ClaimExtraction,
@@ -87,6 +97,7 @@ from ragtrace_collector.scoring.judge import (
     ClaimVerdict,
     ContextSentences,
     Judge,
+    JudgeError,
     JudgeIdentity,
     JudgeUnsupported,
     NliLabel,
@@ -188,6 +199,7 @@ class LocalJudge(
         workers: int | None = None,
         reader_params_path: str | None = None,
         reader: PairScorer | None = None,
+        max_chars: int | None = None,
     ) -> None:
         self.use_embeddings = (
             embeddings if embeddings is not None else _env_flag("RAGTRACE_LOCAL_JUDGE_EMBEDDINGS", False)
@@ -205,6 +217,7 @@ class LocalJudge(
         self.workers = workers if workers is not None else _env_workers(DEFAULT_LOCAL_JUDGE_WORKERS[name])
         if self.workers < 1:
             raise ValueError(f"local judge workers must be at least 1, not {self.workers}")
+        self.max_chars = max_chars if max_chars is not None else DEFAULT_LOCAL_JUDGE_MAX_CHARS
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ragtrace-local-judge")
         self.fallback_reason: str | None = None
         self.cascade: _Stage[CascadeParams] | None = None
@@ -396,6 +409,16 @@ class LocalJudge(
             )
         return verdicts
 
+    def _within_bound(self, *texts: str | Sequence[str]) -> None:
+        """A decision reads at most ``max_chars`` characters: its work grows with claims × context sentences, so a
+        longer record is that record's error (not retried), as an LLM judge's context window makes it."""
+        n = sum(len(t) if isinstance(t, str) else sum(len(x) for x in t) for t in texts)
+        if n > self.max_chars:
+            raise JudgeError(
+                f"judge 'local' reads at most {self.max_chars:,} characters a decision (local_judge.max_chars);"
+                f" this record's answer and contexts hold {n:,}"
+            )
+
     @staticmethod
     def _require_contexts(contexts: Sequence[str]) -> list[str]:
         kept = [c for c in contexts if c and c.strip()]
@@ -408,6 +431,7 @@ class LocalJudge(
         """The response's sentences as claims (compound sentences split); [] for an empty response."""
         if not (response or "").strip():
             return []
+        self._within_bound(question or "", response)
         return await self._run(lambda: [c.text for c in T.claims(response)])
 
     async def verify_claims(
@@ -417,12 +441,14 @@ class LocalJudge(
         if not claims:
             return []
         kept = self._require_contexts(contexts)
+        self._within_bound(claims, kept, question or "")
         return await self._run(self._verdicts, list(claims), kept, question or "")
 
     async def verify_claims_per_context(
         self, claims: Sequence[str], contexts: Sequence[str], question: str = ""
     ) -> list[list[ClaimVerdict]]:
         question = question or ""
+        self._within_bound(claims, contexts, question)
 
         def each() -> list[list[ClaimVerdict]]:
             return [
@@ -441,12 +467,14 @@ class LocalJudge(
             return []
         if not premise.strip():
             raise JudgeUnsupported("judge 'local' needs a non-empty premise for natural language inference")
+        self._within_bound(premise, hypotheses)
         labels: dict[str, NliLabel] = {"yes": "entailment", "no": "contradiction", "idk": "neutral"}
         verdicts = await self._run(self._verdicts, list(hypotheses), [premise], "")
         return [NliVerdict(v.statement, labels[v.verdict], v.reason or "") for v in verdicts]
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         texts = list(texts)
+        self._within_bound(texts)
         vectors = await self._run(lambda: self.embedder.embed(texts))  # first use loads the model: off the loop
         return vectors.astype(float).tolist()
 
@@ -454,6 +482,7 @@ class LocalJudge(
         """A chunk was useful for ``target`` when it alone supports at least one of target's claims."""
         if not (target or "").strip():
             raise JudgeUnsupported("judge 'local' found no statements in the target to relate chunks to")
+        self._within_bound(target, contexts)
 
         def flags() -> list[bool]:
             target_claims = [c.text for c in T.claims(target)]
@@ -482,6 +511,7 @@ class LocalJudge(
         if not (question or "").strip():
             raise JudgeUnsupported("judge 'local' needs a question to judge context sentences against")
         kept = self._require_contexts(contexts)
+        self._within_bound(question, kept)
 
         def pick() -> ContextSentences:
             sentences = [s.text for ctx in kept for s in T.sentences(ctx)]
@@ -501,12 +531,14 @@ class LocalJudge(
         if not (reference or "").strip():
             return []
         kept = self._require_contexts(contexts)
+        self._within_bound(reference, kept)
         return await self._run(lambda: self._verdicts([c.text for c in T.claims(reference)], kept, ""))
 
     async def extract_entities(self, text: str) -> list[str]:
         """Capitalised spans (names, places, titles) and numbers, deduplicated (rule-based)."""
         if not (text or "").strip():
             return []
+        self._within_bound(text)
         return await self._run(T.entities, text)
 
     def identity(self) -> JudgeIdentity:
