@@ -121,8 +121,9 @@ DEFAULT_LOCAL_JUDGE_MODEL: LocalJudgeModel = "cascade"
 DEFAULT_LOCAL_JUDGE_WORKERS: dict[str, int] = {"reader": 2, "cascade": 2, "features": 1}
 # The most characters (answer, claims, contexts, question together) one decision of the embedded judge reads
 # (``local_judge.max_chars``): its work grows with claims × context sentences (a 337 KB answer took 311 s on 2 cores),
-# so a longer record is that record's error, as a judge's context window is an LLM's (300,000 ≈ 75k tokens).
-DEFAULT_LOCAL_JUDGE_MAX_CHARS = 300_000
+# so a longer record is that record's error, as a judge's context window is an LLM's (100,000 ≈ 25k tokens: at the
+# bound the worst record, all answer, takes about 20 s for three metrics, well inside scoring.lease_seconds).
+DEFAULT_LOCAL_JUDGE_MAX_CHARS = 100_000
 
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
 ANSWER_RELEVANCY_VARIANTS: tuple[str, ...] = get_args(AnswerRelevancyVariant)

@@ -372,4 +372,4 @@ async def test_a_record_past_max_chars_is_that_records_error_in_a_moment() -> No
     # under the bound, as before
     (ok,) = await evaluate_record(record(SUPPORTED), ["faithfulness"], judge)
     assert ok.status == "scored" and ok.score == 1.0
-    assert LocalJudge().max_chars == 300_000  # the config's default
+    assert LocalJudge().max_chars == 100_000  # the config's default
