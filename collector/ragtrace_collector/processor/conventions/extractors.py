@@ -372,7 +372,7 @@ def _call_generation(call: list[SpanData]) -> dict[str, Any]:
         for s in inner_first:
             t = _first_token_time(s)
             if t is not None and s.start and t >= s.start:
-                ttft = (t - s.start) / 1e9
+                ttft = as_seconds((t - s.start) / 1e9)  # an app-written time (Langfuse's) may be years off
                 break
     if out["streamed"] is False:  # a non-streamed call has no first token to time (OpenLIT writes one anyway)
         ttft = None

@@ -374,3 +374,12 @@ def test_a_flattened_list_index_that_is_no_plain_number_is_skipped_and_the_recor
     full, summary = build_record("t", spans), build_summary("t", spans)
     assert [c.content for c in full.retrieved_contexts] == [d[1] for d in F.DOCS[:3]]
     assert len(summary.context_scores) == 3 and full.response == F.ANSWER
+
+
+def test_a_first_token_time_years_after_its_span_is_no_ttft():
+    # Langfuse's completion start time is an ISO string the app writes: "9999-12-31" made a TTFT of 251 billion seconds
+    specs = F.ragtrace_shaped()
+    specs[2].attributes.pop("gen_ai.response.time_to_first_chunk")
+    specs[2].attributes["langfuse.observation.completion_start_time"] = "9999-12-31T23:59:59Z"
+    summary = build_summary("t", spans_of(specs))
+    assert summary.ttft_seconds is None and summary.model == "offline-extractive"
