@@ -122,7 +122,7 @@ DEFAULT_LOCAL_JUDGE_WORKERS: dict[str, int] = {"reader": 2, "cascade": 2, "featu
 # The most characters (answer, claims, contexts, question together) one decision of the embedded judge reads
 # (``local_judge.max_chars``): its work grows with claims × context sentences (a 337 KB answer took 311 s on 2 cores),
 # so a longer record is that record's error, as a judge's context window is an LLM's (100,000 ≈ 25k tokens: at the
-# bound the worst record, all answer, takes about 20 s for three metrics, well inside scoring.lease_seconds).
+# bound the worst record, all answer, takes about 20 s for three metrics on 2 cores; at 300,000, 2.5 minutes).
 DEFAULT_LOCAL_JUDGE_MAX_CHARS = 100_000
 
 AnswerRelevancyVariant = Literal["statements", "questions", "embedding"]
