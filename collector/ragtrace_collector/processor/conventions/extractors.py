@@ -170,7 +170,10 @@ def extract_question_answer(ts: TraceSpans) -> QuestionAnswer:
         answer = _text(ts.top.attrs, _ANSWER_ATTR_KEYS, ANSWER_KEYS)
     if question is None:
         for s in ts.retrievers + ts.rerankers:
-            question = first(s.attrs, _RETRIEVAL_QUERY_KEYS) or _text(s.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS)
+            # a number or an array is an app's mistake, read as text all the same (never a non-string question)
+            question = text_of(first(s.attrs, _RETRIEVAL_QUERY_KEYS), QUERY_KEYS) or _text(
+                s.attrs, _QUERY_ATTR_KEYS, QUERY_KEYS
+            )
             if question:
                 break
     if question is None:

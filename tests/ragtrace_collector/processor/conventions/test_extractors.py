@@ -383,3 +383,16 @@ def test_a_first_token_time_years_after_its_span_is_no_ttft():
     specs[2].attributes["langfuse.observation.completion_start_time"] = "9999-12-31T23:59:59Z"
     summary = build_summary("t", spans_of(specs))
     assert summary.ttft_seconds is None and summary.model == "offline-extractive"
+
+
+@pytest.mark.parametrize("query", [2.5, 7, ["How long?", "x"], [1, 2]], ids=repr)
+def test_a_retrieval_query_that_is_no_string_is_read_as_text(query):
+    # found by fuzzing: gen_ai.retrieval.query.text as a double reached the conversation's "question in content" as
+    # a float (TypeError): the record was lost
+    specs = F.openlit()
+    retriever = next(s for s in specs if "gen_ai.retrieval.query.text" in s.attributes or s.name == "chroma.query")
+    retriever.attributes["gen_ai.retrieval.query.text"] = query
+    spans = spans_of(specs)
+    full, summary = build_record("t", spans), build_summary("t", spans)
+    assert isinstance(full.user_input, str) and full.user_input
+    assert summary.model == full.model
