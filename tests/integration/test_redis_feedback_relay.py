@@ -155,6 +155,7 @@ def test_hostile_entries_are_skipped_and_counted(tmp_path, redis_server):
         {"f": json.dumps({**good, "received_at": "yesterday"})},
         {"f": json.dumps({**good, "comment": "z" * 100_000})},  # longer than any entry a relay writes
         {"f": "[" * 5000 + "]" * 5000},  # nested past the parser's depth
+        {"f": json.dumps({**good, "comment": "x \ud800 y"})},  # a lone surrogate: SQLite refuses it
     ]
     for fields in hostile:
         raw.xadd(key, fields)
@@ -244,6 +245,7 @@ def test_hostile_review_entries_are_skipped_and_counted(tmp_path, redis_server):
         {"r": json.dumps({**good, "reviewed_at": float("inf")})},
         {"r": json.dumps({**good, "reference": "z" * 3_000_000})},  # longer than any entry a relay writes
         {"r": "[" * 100_000 + "]" * 100_000},  # nested past the parser's depth
+        {"r": json.dumps({**good, "reviewer": "\udfff"})},  # a lone surrogate: SQLite refuses it
     ]
     for fields in hostile:
         raw.xadd(key, fields)

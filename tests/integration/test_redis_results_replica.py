@@ -143,6 +143,8 @@ def test_hostile_entries_are_skipped_and_counted(tmp_path, redis_server):
         {**good, "m": json.dumps([{**row, "status": "scored", "score": None}])},  # a scored result needs a score
         {**good, "j": ""},
         {**good, "m": "[" * 100_000 + "]" * 100_000},  # nested past the parser's depth
+        {**good, "m": json.dumps([{**row, "reason": "x \ud800"}])},  # lone surrogates: SQLite refuses them
+        {**good, "r": good["r"].replace('"answer 9"', '"answer \\udfff 9"')},
     ]
     for fields in hostile:
         raw.xadd(stream_key(u), fields)

@@ -378,6 +378,7 @@ def _iter_rows(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
 
 def parse_row(lineno: int, line: str) -> tuple[str, Any]:
     """``(row id, RagRecord)``, or ``(row id, error message)`` for a row that cannot be read."""
+    from ragtrace_collector.internal.unicode import lone_surrogate
     from ragtrace_collector.model.record import RagRecord
 
     fallback_id = f"line-{lineno}"
@@ -392,6 +393,9 @@ def parse_row(lineno: int, line: str) -> tuple[str, Any]:
             data[new] = data.pop(old)
     row_id = str(data["id"]) if data.get("id") not in (None, "") else fallback_id
     data["id"] = row_id
+    bad = lone_surrogate(data)  # no model (nor an LLM API) takes one as text
+    if bad is not None:
+        return row_id, f"invalid row: a text holds a lone surrogate ({bad}), which is not Unicode text"
     try:
         return row_id, RagRecord.model_validate(data)
     except ValidationError as exc:

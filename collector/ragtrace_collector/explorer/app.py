@@ -83,6 +83,7 @@ from ragtrace_collector.explorer.views import (
 from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.credential_limit import client_key
 from ragtrace_collector.internal.credentials import VIA_BEARER, VIA_LOGIN, CredentialGuard, Outcome, Scope
+from ragtrace_collector.internal.unicode import lone_surrogate
 from ragtrace_collector.review.agreement import AgreementSource
 from ragtrace_collector.review.feedback import FeedbackIntake
 from ragtrace_collector.review.labels import (
@@ -698,9 +699,9 @@ class Explorer(Component):
         if body is None:
             return _json({"error": f"the body is larger than {self.review.max_body_bytes} bytes"}, status=413)
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-            return _json({"error": "the body must be a JSON object"}, status=400)
+            data = _json_body(body)
+        except BadLabel as exc:
+            return _json({"error": str(exc)}, status=400)
         found = await self._read(request, self._found, request.match_info["key"])
         try:
             review = review_from_json(found[0] if found is not None else request.match_info["key"], data)
@@ -731,10 +732,9 @@ class Explorer(Component):
         if body is None:
             return _json({"error": f"the body is larger than {self.review.max_body_bytes} bytes"}, status=413)
         try:
-            item = _feedback_from_json(key.lower(), json.loads(body), idempotency)
-        except (ValueError, RecursionError) as exc:  # BadLabel, or a body that is not JSON (or nested past the parser)
-            message = str(exc) if isinstance(exc, BadLabel) else "the body must be a JSON object"
-            return _json({"error": message}, status=400)
+            item = _feedback_from_json(key.lower(), _json_body(body), idempotency)
+        except BadLabel as exc:
+            return _json({"error": str(exc)}, status=400)
         try:
             added, stored = await self._read(request, self._add_feedback, item)
         except BadLabel as exc:
@@ -792,6 +792,20 @@ def _bearer(header: str | None) -> str:
     """The token of an ``Authorization: Bearer`` header ("" for none)."""
     method, _, credentials = (header or "").strip().partition(" ")
     return credentials.strip() if method.lower() == "bearer" else ""
+
+
+def _json_body(body: bytes) -> Any:
+    """A review or feedback body as JSON; :class:`BadLabel` saying why it is not one we can store: not JSON (or
+    nested past the parser's depth), or holding a lone surrogate, which is no Unicode text (SQLite refused it with a
+    500)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        raise BadLabel("the body must be a JSON object") from None
+    bad = lone_surrogate(data)
+    if bad is not None:
+        raise BadLabel(f"the body holds a lone surrogate ({bad}), which is not Unicode text")
+    return data
 
 
 def _feedback_from_json(trace_id: str, data: Any, idempotency: str | None) -> Feedback:

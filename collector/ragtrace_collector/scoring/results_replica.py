@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
+from ragtrace_collector.internal.unicode import lone_surrogate
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.results_store import ResultsStore
@@ -64,6 +65,9 @@ def read_entry(fields: Any) -> tuple[RagRecord, list[MetricResult], str] | None:
     try:
         rows = json.loads(results)
         if not isinstance(rows, list) or not rows or len(rows) > MAX_RESULTS:
+            return None
+        # a lone surrogate ("\ud800" in the JSON) is no text: SQLite refused it and the replica stuck on the entry
+        if lone_surrogate(rows) is not None or lone_surrogate(json.loads(record)) is not None:
             return None
         parsed = [MetricResult.from_dict(row) for row in rows if isinstance(row, dict)]
         if len(parsed) != len(rows):

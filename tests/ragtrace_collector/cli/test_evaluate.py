@@ -83,6 +83,7 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
                 json.dumps([1, 2]),
                 row(2, reference="Answer 2."),
                 "[" * 5000 + "]" * 5000,  # nested past the JSON parser's depth
+                row(3).replace("Answer", "Answer \\ud800"),  # a lone surrogate: no Unicode text (the models refused it)
             ]
         )
         + "\n"
@@ -93,7 +94,8 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
         == 0
     )
     lines = {e["id"]: e for e in read(out)}
-    assert set(lines) == {"r1", "line-2", "bad", "line-4", "r2", "line-6"}
+    assert set(lines) == {"r1", "line-2", "bad", "line-4", "r2", "line-6", "r3"}
+    assert "invalid row" in lines["r3"]["error"] and "surrogate" in lines["r3"]["error"]
     assert "invalid JSON" in lines["line-2"]["error"] and "invalid JSON" in lines["line-6"]["error"]
     assert "invalid row" in lines["bad"]["error"]
     assert "JSON object" in lines["line-4"]["error"]
@@ -110,7 +112,7 @@ def test_bad_rows_get_an_error_line_and_the_run_goes_on(server, tmp_path, capsys
     assert good["usage"]["calls"] == 3 and good["usage"]["prompt_tokens"] > 0
     assert lines["r2"]["scores"]["bleu"] is not None
     printed = capsys.readouterr().out
-    assert "faithfulness" in printed and "0.5000" in printed and "unreadable: 4" in printed
+    assert "faithfulness" in printed and "0.5000" in printed and "unreadable: 5" in printed
 
 
 def test_an_interrupted_run_resumes_without_redoing_rows(server, tmp_path):

@@ -98,6 +98,16 @@ def test_unknown_records_oversized_and_malformed_bodies(stack: Fed):
         timeout=10,
     )
     assert raw.status_code == 400 and "JSON" in raw.json()["error"]
+    surrogate = b'{"metric": "faithfulness", "verdict": "faithful", "reviewer": "ann", "comment": "x \\ud800 y"}'
+    lone = httpx.post(
+        stack.base + f"/api/v1/records/{trace(stack, 4)}/reviews", content=surrogate, headers=bearer(REVIEW), timeout=10
+    )
+    assert lone.status_code == 400 and "Unicode" in lone.json()["error"], (lone.status_code, lone.text[:200])
+    feedback = b'{"value": 1, "comment": "\\udfff"}'
+    lone = httpx.post(
+        stack.base + f"/api/v1/records/{trace(stack, 4)}/feedback", content=feedback, headers=bearer(INGEST), timeout=10
+    )
+    assert lone.status_code == 400 and "Unicode" in lone.json()["error"], (lone.status_code, lone.text[:200])
     nested = b"[" * 30_000 + b"]" * 30_000  # within the body bound, nested past the JSON parser's depth: was a 500
     for path, token in (
         (f"/api/v1/records/{trace(stack, 4)}/reviews", REVIEW),
