@@ -107,3 +107,13 @@ def test_brute_force_through_the_api_shares_the_count(served: Fed):
         assert login(attacker, TOKEN).status_code == 429  # the form does not reopen what the API used up
         assert attacker.get("/api/v1/records").status_code == 401  # no credentials: no guess, plain 401
     assert counted(served, "bearer", "unauthenticated") >= LIMIT
+
+
+@pytest.mark.parametrize(
+    "body", [b"\xff\xfe=\xff", b"token=%ED%A0%80&next=%ED%A0%80", b"token=%FF"], ids=["raw", "surrogate", "invalid"]
+)
+def test_a_login_form_that_is_no_utf_8_is_a_wrong_token_not_a_500(served: Fed, body: bytes):
+    # aiohttp's form parser raised UnicodeDecodeError on raw non-UTF-8 bytes: a 500 and a traceback for anyone
+    with client(served, "127.0.5.1") as c:
+        reply = c.post("/explorer/login", content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert reply.status_code in (401, 429), reply.status_code

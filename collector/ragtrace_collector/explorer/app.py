@@ -391,9 +391,13 @@ class Explorer(Component):
     async def login(self, request: web.Request) -> web.StreamResponse:
         if not self.guard.required(Scope.READ):
             raise web.HTTPSeeOther(EXPLORER_PATH)
-        form = await request.post()
-        token = str(form.get("token", ""))
-        target = _safe_next(str(form.get("next", "")))
+        body = await self._body(request)
+        if body is None:
+            message = f"the form is larger than {self.review.max_body_bytes} bytes"
+            return self._html("error.html", {"status": 413, "message": message}, 413)
+        form = _form_fields(body)
+        token = form.get("token", "")
+        target = _safe_next(form.get("next", ""))
         outcome = self.guard.check_token(token or "\0", Scope.READ, request.remote, VIA_LOGIN)
         if outcome is Outcome.RATE_LIMITED:  # checked before the token: a hit must look like a miss while limited
             wait = self.guard.retry_after(request.remote) or 1
@@ -565,7 +569,7 @@ class Explorer(Component):
         if body is None:
             message = f"the form is larger than {self.review.max_body_bytes} bytes"
             return self._html("error.html", {"status": 413, "message": message}, 413)
-        fields = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace"), True).items()}
+        fields = _form_fields(body)
         if not self.csrf_ok(request, fields.get("csrf", "")):
             message = "the form's anti-forgery token does not match this browser: reload the record and try again"
             return self._html("error.html", {"status": 403, "message": message}, 403)
@@ -792,6 +796,12 @@ def _bearer(header: str | None) -> str:
     """The token of an ``Authorization: Bearer`` header ("" for none)."""
     method, _, credentials = (header or "").strip().partition(" ")
     return credentials.strip() if method.lower() == "bearer" else ""
+
+
+def _form_fields(body: bytes) -> dict[str, str]:
+    """A form body's fields (the first of each name); bytes that are no UTF-8 become U+FFFD (aiohttp's form parser
+    raised on them: a 500 for anyone at the login form)."""
+    return {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace"), True).items()}
 
 
 def _json_body(body: bytes) -> Any:
