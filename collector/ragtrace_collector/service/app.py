@@ -25,6 +25,7 @@ from ragtrace_collector.explorer import Explorer
 from ragtrace_collector.explorer.app import Backlog
 from ragtrace_collector.exporter.forward import Forwarder
 from ragtrace_collector.exporter.prometheus import MetricsEndpoint, metrics_response
+from ragtrace_collector.internal import malformed_http
 from ragtrace_collector.internal.component import Closing, Failure, Lifecycle, Task
 from ragtrace_collector.internal.credentials import CredentialGuard, open_scopes
 from ragtrace_collector.internal.hosts import HostPolicy, host_check_middleware, is_loopback
@@ -164,6 +165,7 @@ class CollectorApp:
         cfg = self.config
         parts = self.components
         self._check_exposure()
+        malformed_http.install()  # before any listener: a request aiohttp cannot parse is a counted line, no traceback
         if self.queue is None:
             self.queue = await parts.start("queue", self._open_queue())
         if isinstance(self.queue, ReportsMetrics):  # Redis queue: local buffer, shed, reclaimed
