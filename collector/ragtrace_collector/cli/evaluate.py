@@ -49,6 +49,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragtrace_collector.internal.json_input import loads, lone_surrogate
+
 # Legacy Ragas column names accepted on input.
 _ALIASES = {
     "question": "user_input",
@@ -378,13 +380,12 @@ def _iter_rows(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
 
 def parse_row(lineno: int, line: str) -> tuple[str, Any]:
     """``(row id, RagRecord)``, or ``(row id, error message)`` for a row that cannot be read."""
-    from ragtrace_collector.internal.unicode import lone_surrogate
     from ragtrace_collector.model.record import RagRecord
 
     fallback_id = f"line-{lineno}"
     try:
-        data = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
+        data = loads(line)
+    except ValueError as exc:
         return fallback_id, f"invalid JSON: {exc}"
     if not isinstance(data, dict):
         return fallback_id, f"a row must be a JSON object, got {type(data).__name__}"
@@ -415,18 +416,18 @@ def load_done(out: Path) -> dict[str, dict[str, Any]]:
     lines = raw.splitlines(keepends=True)
     for chunk in lines:
         try:
-            entry = json.loads(chunk)
-        except (ValueError, RecursionError):
+            entry = loads(chunk)
+        except ValueError:
             continue
         if isinstance(entry, dict) and "id" in entry:
             done[str(entry["id"])] = entry
     if lines and not lines[-1].endswith(b"\n"):
         with out.open("r+b") as fh:
             try:
-                json.loads(lines[-1])
+                loads(lines[-1])
                 fh.seek(0, os.SEEK_END)
                 fh.write(b"\n")
-            except (ValueError, RecursionError):
+            except ValueError:
                 fh.truncate(len(raw) - len(lines[-1]))
     return done
 
@@ -583,8 +584,8 @@ def read_labels(path: Path, limit: int | None) -> dict[str, bool]:
     labels: dict[str, bool] = {}
     for lineno, line in _iter_rows(path, limit):
         try:
-            data = json.loads(line)
-        except (ValueError, RecursionError):
+            data = loads(line)
+        except ValueError:
             continue
         if isinstance(data, dict) and isinstance(data.get("hallucinated"), bool):
             row_id = str(data["id"]) if data.get("id") not in (None, "") else f"line-{lineno}"

@@ -83,7 +83,7 @@ from ragtrace_collector.explorer.views import (
 from ragtrace_collector.internal.component import Component
 from ragtrace_collector.internal.credential_limit import client_key
 from ragtrace_collector.internal.credentials import VIA_BEARER, VIA_LOGIN, CredentialGuard, Outcome, Scope
-from ragtrace_collector.internal.unicode import lone_surrogate
+from ragtrace_collector.internal.json_input import loads, lone_surrogate
 from ragtrace_collector.review.agreement import AgreementSource
 from ragtrace_collector.review.feedback import FeedbackIntake
 from ragtrace_collector.review.labels import (
@@ -809,8 +809,8 @@ def _json_body(body: bytes) -> Any:
     nested past the parser's depth), or holding a lone surrogate, which is no Unicode text (SQLite refused it with a
     500)."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        data = loads(body)
+    except ValueError:
         raise BadLabel("the body must be a JSON object") from None
     bad = lone_surrogate(data)
     if bad is not None:

@@ -37,9 +37,9 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ragtrace_collector.config import ReviewConfig
+from ragtrace_collector.internal.json_input import loads, lone_surrogate
 from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
-from ragtrace_collector.internal.unicode import lone_surrogate
 from ragtrace_collector.review.labels import (
     MAX_CLAIMS,
     MAX_COMMENT_CHARS,
@@ -88,8 +88,8 @@ def _object_in(fields: Any, field: str, max_chars: int) -> dict[str, Any] | None
     if not isinstance(raw, str) or len(raw) > max_chars:
         return None
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        data = loads(raw)
+    except ValueError:
         return None
     # a lone surrogate ("\ud800" in the JSON) is no text: SQLite refused it and the relay stuck on the entry
     return data if isinstance(data, dict) and lone_surrogate(data) is None else None

@@ -23,9 +23,9 @@ from typing import Any
 import pydantic
 from prometheus_client import CollectorRegistry, Counter
 
+from ragtrace_collector.internal.json_input import loads, lone_surrogate
 from ragtrace_collector.internal.outcomes import Outcomes
 from ragtrace_collector.internal.redis import StreamFollower, connect, key_prefix
-from ragtrace_collector.internal.unicode import lone_surrogate
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.model.result import MetricResult
 from ragtrace_collector.scoring.results_store import ResultsStore
@@ -63,17 +63,17 @@ def read_entry(fields: Any) -> tuple[RagRecord, list[MetricResult], str] | None:
     if len(record) + len(results) > MAX_ENTRY_CHARS or not judge or len(judge) > MAX_JUDGE_CHARS:
         return None
     try:
-        rows = json.loads(results)
+        rows = loads(results)
         if not isinstance(rows, list) or not rows or len(rows) > MAX_RESULTS:
             return None
         # a lone surrogate ("\ud800" in the JSON) is no text: SQLite refused it and the replica stuck on the entry
-        if lone_surrogate(rows) is not None or lone_surrogate(json.loads(record)) is not None:
+        if lone_surrogate(rows) is not None or lone_surrogate(loads(record)) is not None:
             return None
         parsed = [MetricResult.from_dict(row) for row in rows if isinstance(row, dict)]
         if len(parsed) != len(rows):
             return None
         return RagRecord.model_validate_json(record), parsed, judge
-    except (ValueError, TypeError, KeyError, RecursionError, pydantic.ValidationError):
+    except (ValueError, TypeError, KeyError, pydantic.ValidationError):
         return None
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ragtrace_collector.internal.json_input import loads
 from ragtrace_collector.model.spans import MAX_SPAN_SECONDS
 
 # The most tokens one model call may report: past it the count is broken, not big (the largest context windows
@@ -93,8 +93,8 @@ def maybe_json(value: Any) -> Any:
         text = value.strip()
         if text[:1] in ("{", "[", '"'):
             try:
-                return json.loads(text)
-            except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth, a text all the same
+                return loads(text)
+            except ValueError:  # nested past the parser's depth too: a text all the same
                 return value
     return value
 

@@ -7,7 +7,6 @@ and log-probabilities that are missing are ``None`` or :class:`JudgeUnsupported`
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ragtrace_collector.internal.json_input import loads
 from ragtrace_collector.scoring.judge import JudgeError, JudgeUnsupported, TokenLogprobs
 
 from .transport import PromptLogprobs, TokenAlternatives
@@ -34,11 +34,11 @@ def parse_json_object(text: str) -> Any:
     if fence:
         text = fence.group(1).strip()
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads(text)
+    except ValueError:  # nested past the parser's depth too
         start, end = text.find("{"), text.rfind("}")
         if start >= 0 and end > start:
-            return json.loads(text[start : end + 1])
+            return loads(text[start : end + 1])
         raise
 
 
@@ -51,7 +51,7 @@ def validate(
     """``content`` read (as JSON, or by ``parse``), validated against ``schema`` and ``check``; else :class:`InvalidReply`."""
     try:
         data = (parse or parse_json_object)(content)
-    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth
+    except ValueError as exc:
         raise InvalidReply(f"not valid JSON ({exc})" if parse is None else f"not in the format ({exc})") from None
     try:
         parsed = schema.model_validate(data)
