@@ -6,13 +6,12 @@ Field names follow Ragas where Ragas has one (``user_input``, ``retrieved_contex
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from ragtrace_collector.internal.json_input import loads
 
 
 class Context(BaseModel):
@@ -54,8 +53,8 @@ class ToolCall(BaseModel):
             args = next((value[k] for k in ("arguments", "input_parameters") if value.get(k) is not None), None)
             if isinstance(args, str):
                 try:
-                    args = loads(args) if args.strip() else {}
-                except ValueError:
+                    args = json.loads(args) if args.strip() else {}
+                except (ValueError, RecursionError):  # as internal/json_input.loads (the model imports no stage)
                     raise ValueError(f"tool call arguments are not a JSON object: {args[:80]!r}") from None
             if args is not None:
                 return {**value, "args": args}
