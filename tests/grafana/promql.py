@@ -189,6 +189,7 @@ _FUNCS_AND_KEYWORDS = {
     "max_over_time",
     "min_over_time",
     "sum_over_time",
+    "count_over_time",
     "time",
     "absent",
     "le",
