@@ -8,7 +8,9 @@ generator; 170 traces = 510 spans per request, like a BatchSpanProcessor export)
 
 1. In-process ceilings on the same bodies: upb decode only; the floor (decode, then each attribute's key and value
    read and nothing kept: what any CPython reader pays, see :func:`read_every_attribute`); decode + span
-   extraction; the text-free record summary every trace gets; the full record only sampled traces get.
+   extraction; the text-free record summary every trace gets; the full record only sampled traces get. Then where a
+   span's CPU goes on the served path, stage by stage, in microseconds (:func:`span_costs`), beside what a tenth of
+   decoding allows.
 2. Sustainable throughput: closed loop, a few connections sending back to back; spans accepted per
    second of wall time and per CPU-second of the collector process (= per core).
 3. Latency at 0.5× and 2× that rate, open loop (requests sent on schedule whether or not earlier ones
@@ -588,6 +590,78 @@ def ceilings(repeat: int = 20, bodies: str = "template") -> list[tuple[str, floa
     return rows
 
 
+def span_costs(repeat: int = 30, bodies: str = "template", sampling_rate: float = 0.01) -> list[tuple[str, float]]:
+    """Where a span's CPU goes on the served path, in process, stage by stage (microseconds a span): the receiver's
+    decode and extraction, assembly, the joins, each completed trace's summary, its latency metrics and its sampling
+    decision, the sampled records built, and freeing what was kept; under the served collector's GC settings
+    (``cli.serve.tune_gc``), restored after. What the HTTP server and the journal add is the served figure's rest."""
+    import gc
+
+    from prometheus_client import CollectorRegistry
+
+    from ragtrace_collector.cli.serve import tune_gc
+    from ragtrace_collector.config import SamplingConfig
+    from ragtrace_collector.processor.assembly.memory import InMemoryAssemblyState
+    from ragtrace_collector.processor.pipeline import Pipeline
+    from ragtrace_collector.processor.records import record_of, summary_of
+    from ragtrace_collector.processor.sampling.sampler import Sampler
+    from ragtrace_collector.receiver.decode import extract_spans, parse_protobuf
+    from ragtrace_collector.telemetry.ingest import IngestMetrics
+
+    factory = BodyFactory(bodies)
+    payloads = [factory.body() for _ in range(repeat)]
+    spans = factory.spans * repeat
+    metrics = IngestMetrics(CollectorRegistry())
+    now = [0.0]
+    state = InMemoryAssemblyState(grace_seconds=0.0, max_traces=10**6, max_bytes=10**12)
+    pipeline = Pipeline(state, metrics, clock=lambda: now[0])
+    sampler = Sampler(SamplingConfig(rate=sampling_rate), observer=metrics)
+    seconds: dict[str, float] = {}
+
+    def timed(stage: str, started: float) -> None:
+        seconds[stage] = seconds.get(stage, 0.0) + time.process_time() - started
+
+    threshold = gc.get_threshold()
+    tune_gc()
+    try:
+        for payload in payloads:
+            t = time.process_time()
+            request = parse_protobuf(payload)
+            timed("upb decode", t)
+            t = time.process_time()
+            decoded = extract_spans(request)
+            del request
+            timed("span extraction (receiver)", t)
+            t = time.process_time()
+            pipeline.add(decoded)
+            timed("assembly: add", t)
+        now[0] = 100.0
+        t = time.process_time()
+        completed = pipeline.completed()
+        timed("assembly: pop, joins, classification", t)
+        t = time.process_time()
+        summaries = [summary_of(c) for c in completed]
+        timed("record summary (every trace)", t)
+        t = time.process_time()
+        for summary in summaries:
+            metrics.observe_record(summary)
+        timed("latency metrics (every trace)", t)
+        t = time.process_time()
+        decisions = [sampler.select(summary) for summary in summaries]
+        timed("sampling decision", t)
+        t = time.process_time()
+        records = [record_of(c, d.weight) for c, d in zip(completed, decisions) if d.sampled]
+        timed("full records (sampled only)", t)
+        t = time.process_time()
+        del completed, summaries, decisions, records, decoded
+        gc.collect()
+        timed("freeing what was kept", t)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    return [(stage, s / spans * 1e6) for stage, s in seconds.items()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0, help="duration of each load phase")
@@ -646,6 +720,16 @@ def main() -> int:
     base = rows[0][1]
     for name, rate in rows:
         print(f"  {name:<38} {rate:>12,.0f} spans/s   {rate / base:6.2f}x of decode")
+
+    print("\n== where a span's CPU goes (in process, stage by stage, the served collector's GC settings) ==")
+    costs = span_costs(bodies=args.bodies or "template", sampling_rate=args.sampling_rate)
+    total = sum(us for _, us in costs)
+    for stage, us in costs:
+        print(f"  {stage:<38} {us:8.2f} us a span  {100 * us / total:5.1f}%")
+    print(
+        f"  {'all of them':<38} {total:8.2f} us a span  = {1e6 / total:,.0f} spans/s, "
+        f"{1e6 / total / base:.3f}x of decode (a tenth of decode is {1e6 / base * 10:.2f} us a span)"
+    )
 
     tmp = tempfile.mkdtemp(prefix="ragtrace-bench-")
     proc, http, metrics = start_collector(tmp, args.sampling_rate, args.max_pending)
