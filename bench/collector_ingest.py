@@ -643,8 +643,7 @@ def span_costs(repeat: int = 30, bodies: str = "template", sampling_rate: float 
         summaries = [summary_of(c) for c in completed]
         timed("record summary (every trace)", t)
         t = time.process_time()
-        for summary in summaries:
-            metrics.observe_record(summary)
+        metrics.observe_records(summaries)
         timed("latency metrics (every trace)", t)
         t = time.process_time()
         decisions = [sampler.select(summary) for summary in summaries]

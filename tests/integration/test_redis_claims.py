@@ -141,7 +141,7 @@ class _Queue:
 
 
 class _Observer:
-    def observe_record(self, record: RagRecord) -> None:
+    def observe_records(self, records: list[RagRecord]) -> None:
         return None
 
     def dropped(self, pipeline: str | None, reason: str) -> None:

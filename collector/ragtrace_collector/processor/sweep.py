@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from ragtrace_collector.internal.journal import Journal
-from ragtrace_collector.model.record import RagRecord, RecordFacts
+from ragtrace_collector.model.record import RagRecord, RecordFacts, RecordSummary
 from ragtrace_collector.model.spans import SpanData
+from ragtrace_collector.processor.assembly.state import CompletedTrace
 from ragtrace_collector.processor.conventions.completeness import missing_fields
 from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.processor.records import record_of, summary_of
@@ -37,7 +38,7 @@ ASSEMBLY_ERROR = "assembly_error"
 class SweepObserver(Protocol):
     """What the sweep reports (implemented by :class:`ragtrace_collector.telemetry.ingest.IngestMetrics`)."""
 
-    def observe_record(self, record: RecordFacts) -> None: ...
+    def observe_records(self, records: Sequence[RecordFacts]) -> None: ...
 
     def dropped(self, pipeline: str | None, reason: str) -> None: ...
 
@@ -88,12 +89,21 @@ class Sweeper:
                     self.behind_since = loop.time()
             else:
                 self.behind_since = None
-            selected: list[RagRecord] = []
+            summaries: list[tuple[CompletedTrace, RecordSummary]] = []
             for item in completed:
                 try:
-                    summary = summary_of(item)
-                    built += 1
-                    self.observer.observe_record(summary)
+                    summaries.append((item, summary_of(item)))
+                except Exception:
+                    log.exception("could not assemble trace %s", item.trace_id)
+                    self.observer.dropped(None, ASSEMBLY_ERROR)
+            built += len(summaries)
+            try:
+                self.observer.observe_records([summary for _, summary in summaries])
+            except Exception:  # the latency metrics miss a chunk; its records are still sampled and queued
+                log.exception("could not observe %d records", len(summaries))
+            selected: list[RagRecord] = []
+            for item, summary in summaries:
+                try:
                     decision = self.sampler.select(summary)
                     if decision.sampled:
                         # texts (query, answer, contexts) are read only for the records that get scored
@@ -103,7 +113,7 @@ class Sweeper:
                 except Exception:
                     log.exception("could not assemble trace %s", item.trace_id)
                     self.observer.dropped(None, ASSEMBLY_ERROR)
-            del completed
+            del completed, summaries
             if selected or not self.queue.writable:
                 await loop.run_in_executor(self._put_executor, self._put_all, selected)
             self._settle()

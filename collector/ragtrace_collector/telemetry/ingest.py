@@ -10,8 +10,10 @@ ones are reported as ``other`` or expire.
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -267,34 +269,68 @@ class IngestMetrics:
         self._dropped.children(pipeline, reason)[0].inc()
 
     # --- every record ---
-    def _series(self, service: str | None, pipeline: str | None, model: str | None) -> tuple:
-        """The record's children, each label set admitting (or sending to ``other``) its combination."""
-        ttft, tpot, gen, tok_in_h, tok_out_h, tok_in, tok_out = self._per_model.children(service, pipeline, model)
-        req, ret, received, errors = self._per_pipeline.children(service, pipeline)
+    def _series(self, service: str | None, pipeline: str | None, model: str | None, times: int = 1) -> tuple[Any, ...]:
+        """The record's children, each label set admitting (or sending to ``other``) its combination; ``times``
+        records of it (see :meth:`LabelSet.labels`)."""
+        ttft, tpot, gen, tok_in_h, tok_out_h, tok_in, tok_out = self._per_model.children(
+            service, pipeline, model, times=times
+        )
+        req, ret, received, errors = self._per_pipeline.children(service, pipeline, times=times)
         return (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors)
 
     def observe_record(self, record: RecordFacts) -> None:
         """Latency, tokens and counts of one assembled record, with its trace id as exemplar."""
-        (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors) = self._series(
-            record.service, record.pipeline, record.model
-        )
-        exemplar = {"trace_id": record.trace_id} if record.trace_id else None
-        received.inc()
-        if record.error:
-            errors.inc()
-        if record.ttft_seconds is not None:
-            ttft.observe(record.ttft_seconds, exemplar)
-        if record.tpot_seconds is not None:
-            tpot.observe(record.tpot_seconds, exemplar)
-        if record.request_duration_seconds is not None:
-            req.observe(record.request_duration_seconds, exemplar)
-        if record.retrieval_duration_seconds is not None:
-            ret.observe(record.retrieval_duration_seconds, exemplar)
-        if record.generation_duration_seconds is not None:
-            gen.observe(record.generation_duration_seconds, exemplar)
-        if record.input_tokens is not None:
-            tok_in_h.observe(record.input_tokens, exemplar)
-            tok_in.inc(record.input_tokens)
-        if record.output_tokens is not None:
-            tok_out_h.observe(record.output_tokens, exemplar)
-            tok_out.inc(record.output_tokens)
+        self.observe_records((record,))
+
+    def observe_records(self, records: Sequence[RecordFacts]) -> None:
+        """:meth:`observe_record` for each of one sweep's records, with the same outcome for less: each label
+        combination is looked up once (its slots count the seconds it is seen in; an overflow still counts each
+        record), counters are added to once, and a bucket is given the exemplar of the last record in it (a bucket
+        keeps only its latest), so an exemplar is not validated and stamped for every observation. Each series sees
+        its values in the records' order, as one at a time."""
+        wanted: dict[tuple[str | None, str | None, str | None], int] = {}
+        for record in records:
+            key = (record.service, record.pipeline, record.model)
+            wanted[key] = wanted.get(key, 0) + 1
+        resolved = {key: self._series(*key, times=n) for key, n in wanted.items()}
+        series = [resolved[(r.service, r.pipeline, r.model)] for r in records]
+        added: dict[int, tuple[Any, int]] = {}  # id(counter child) -> (child, total)
+
+        def add(counter: Any, amount: int) -> None:
+            held = added.get(id(counter))
+            added[id(counter)] = (counter, amount if held is None else held[1] + amount)
+
+        for record, (*_, tok_in, tok_out, received, errors) in zip(records, series):
+            add(received, 1)
+            if record.error:
+                add(errors, 1)
+            if record.input_tokens is not None:
+                add(tok_in, record.input_tokens)
+            if record.output_tokens is not None:
+                add(tok_out, record.output_tokens)
+        for counter, total in added.values():
+            if total:
+                counter.inc(total)
+        for position, field, bounds in _HISTOGRAMS:
+            values = [(getattr(r, field), r.trace_id, s[position]) for r, s in zip(records, series)]
+            last: dict[tuple[int, int], int] = {}  # (id(child), bucket) -> the last record in it with a trace id
+            for i, (value, trace_id, child) in enumerate(values):
+                if value is not None and trace_id:
+                    last[id(child), bisect.bisect_left(bounds, value)] = i
+            carrying = set(last.values())
+            for i, (value, trace_id, child) in enumerate(values):
+                if value is not None:
+                    child.observe(value, {"trace_id": trace_id} if i in carrying else None)
+
+
+# Each histogram of a record: its position in ``IngestMetrics._series``, the record's field, its buckets (``le``: the
+# first bound at or above a value, as ``Histogram.observe`` places it, so the last exemplar of each bucket is known).
+_HISTOGRAMS: tuple[tuple[int, str, tuple[float, ...]], ...] = (
+    (0, "ttft_seconds", DURATION_BUCKETS),
+    (1, "tpot_seconds", TPOT_BUCKETS),
+    (2, "request_duration_seconds", DURATION_BUCKETS),
+    (3, "retrieval_duration_seconds", DURATION_BUCKETS),
+    (4, "generation_duration_seconds", DURATION_BUCKETS),
+    (5, "input_tokens", TOKEN_BUCKETS),
+    (6, "output_tokens", TOKEN_BUCKETS),
+)

@@ -185,8 +185,10 @@ class LabelSet:
         self._sweep_due = -math.inf  # when idle combinations are next looked for
         self._lock = threading.Lock()
 
-    def labels(self, *values: object) -> tuple[str, ...]:
-        """The label values to record ``values`` under: their own while they have room, else ``other``."""
+    def labels(self, *values: object, times: int = 1) -> tuple[str, ...]:
+        """The label values to record ``values`` under: their own while they have room, else ``other``; ``times``
+        observations of them (an overflow counts each; slots count the seconds a value is seen in, so one call
+        stands for all of one moment's)."""
         own = tuple(str(v) if b is None else clean_label(v) for b, v in zip(self.bounds, values))
         key = tuple(v if b is None else b.admit(v) for b, v in zip(self.bounds, own))
         now = self.clock()
@@ -210,14 +212,15 @@ class LabelSet:
                 self._admit(key, now, hits)
                 return key
             for counter in self._overflowed:
-                counter.inc()
+                counter.inc(times)
             if not self._slots.touch(spill, now):
                 self._admit(spill, now)
             return spill
 
-    def children(self, *values: object) -> tuple[Any, ...]:
-        """Every member's child for ``values`` (members in order, each with its suffixes), cached."""
-        key = self.labels(*values)
+    def children(self, *values: object, times: int = 1) -> tuple[Any, ...]:
+        """Every member's child for ``values`` (members in order, each with its suffixes), cached; ``times`` as in
+        :meth:`labels`."""
+        key = self.labels(*values, times=times)
         children = self._children.get(key)
         if children is None:
             children = tuple(m.labels(*key, *s) for m, suffixes in self.members for s in suffixes)

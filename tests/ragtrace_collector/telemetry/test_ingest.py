@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.service.app import metrics_response
 from ragtrace_collector.telemetry.ingest import DURATION_BUCKETS, TOKEN_BUCKETS, TPOT_BUCKETS, IngestMetrics
@@ -95,3 +98,56 @@ def test_label_values_are_bounded():
         s.labels["pipeline"] for f in registry.collect() if f.name == "ragtrace_traces_received" for s in f.samples
     }
     assert pipelines == {"p0", "p1", "p2", "other", "unknown"}
+
+
+def _exposed(registry: CollectorRegistry) -> tuple[dict, dict]:
+    """Every sample's value and every bucket's exemplar (trace id and value, not its time), ``_created`` aside."""
+    values, exemplars = {}, {}
+    for family in registry.collect():
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            key = (s.name, tuple(sorted(s.labels.items())))
+            values[key] = s.value
+            if s.exemplar is not None:
+                exemplars[key] = (s.exemplar.labels, s.exemplar.value)
+    return values, exemplars
+
+
+def test_observing_a_sweep_at_once_exposes_what_observing_each_record_does():
+    # observe_records looks each label combination up once and stamps only the last exemplar of each bucket: the
+    # scrape must not tell the difference, overflowing label sets, records without a trace id and absent values
+    # included
+    rng = random.Random(7)
+    values = [None, 0.0, 0.005, 0.01, 0.03, 0.2, 0.5, 1.28, 3.0, 200.0]
+    tokens = [None, 0, 1, 3, 70, 5000, 10**8]
+    records = [
+        record(
+            trace_id=rng.choice([None, "", f"{i:032x}"]) if i % 5 == 0 else f"{i:032x}",
+            service=rng.choice(["bot", "api", None]),
+            pipeline=rng.choice(["support", "search", "faq", "p4", "p5", None]),
+            model=rng.choice(["m", "n", "o"]),
+            ttft_seconds=rng.choice(values),
+            tpot_seconds=rng.choice(values),
+            request_duration_seconds=rng.choice(values),
+            retrieval_duration_seconds=rng.choice(values),
+            generation_duration_seconds=rng.choice(values),
+            input_tokens=rng.choice(tokens),
+            output_tokens=rng.choice(tokens),
+            error=rng.choice([None, None, "boom"]),
+        )
+        for i in range(600)
+    ]
+    limits = LimitsConfig(max_series_per_label_set=200)  # a handful of combinations, then "other"
+    each, at_once = CollectorRegistry(), CollectorRegistry()
+    one = IngestMetrics(each, max_pipelines=4, limits=limits, clock=lambda: 100.0)
+    batch = IngestMetrics(at_once, max_pipelines=4, limits=limits, clock=lambda: 100.0)
+    for r in records:
+        one.observe_record(r)
+    for start in range(0, len(records), 256):  # the sweep's chunks
+        batch.observe_records(records[start : start + 256])
+    (v_each, x_each), (v_once, x_once) = _exposed(each), _exposed(at_once)
+    assert v_once == v_each
+    assert x_once == x_each
+    assert v_each[("ragtrace_metric_series_overflow_total", (("metric", "ragtrace_time_to_first_token_seconds"),))] > 0
+    assert len(x_each) > 20
