@@ -646,7 +646,8 @@ def span_costs(repeat: int = 30, bodies: str = "template", sampling_rate: float 
         metrics.observe_records(summaries)
         timed("latency metrics (every trace)", t)
         t = time.process_time()
-        decisions = [sampler.select(summary) for summary in summaries]
+        decisions = [sampler.decide(summary) for summary in summaries]
+        sampler.count(list(zip(summaries, decisions)))
         timed("sampling decision", t)
         t = time.process_time()
         records = [record_of(c, d.weight) for c, d in zip(completed, decisions) if d.sampled]

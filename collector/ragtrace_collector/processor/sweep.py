@@ -24,7 +24,7 @@ from ragtrace_collector.processor.assembly.state import CompletedTrace
 from ragtrace_collector.processor.conventions.completeness import missing_fields
 from ragtrace_collector.processor.pipeline import Pipeline
 from ragtrace_collector.processor.records import record_of, summary_of
-from ragtrace_collector.processor.sampling.sampler import Sampler
+from ragtrace_collector.processor.sampling.sampler import Decision, Sampler
 from ragtrace_collector.queue.base import RecordQueue
 
 log = logging.getLogger(__name__)
@@ -101,19 +101,30 @@ class Sweeper:
                 self.observer.observe_records([summary for _, summary in summaries])
             except Exception:  # the latency metrics miss a chunk; its records are still sampled and queued
                 log.exception("could not observe %d records", len(summaries))
-            selected: list[RagRecord] = []
+            decided: list[tuple[CompletedTrace, RecordSummary, Decision]] = []
             for item, summary in summaries:
                 try:
-                    decision = self.sampler.select(summary)
-                    if decision.sampled:
-                        # texts (query, answer, contexts) are read only for the records that get scored
-                        record = record_of(item, decision.weight)
-                        selected.append(record)
-                        self._diagnose(record, item.spans)
+                    decided.append((item, summary, self.sampler.decide(summary)))
+                except Exception:
+                    log.exception("could not sample trace %s", item.trace_id)
+                    self.observer.dropped(None, ASSEMBLY_ERROR)
+            try:
+                self.sampler.count([(summary, decision) for _, summary, decision in decided])
+            except Exception:
+                log.exception("could not count the sampling decisions of %d records", len(decided))
+            selected: list[RagRecord] = []
+            for item, _, decision in decided:
+                if not decision.sampled:
+                    continue
+                try:
+                    # texts (query, answer, contexts) are read only for the records that get scored
+                    record = record_of(item, decision.weight)
+                    selected.append(record)
+                    self._diagnose(record, item.spans)
                 except Exception:
                     log.exception("could not assemble trace %s", item.trace_id)
                     self.observer.dropped(None, ASSEMBLY_ERROR)
-            del completed, summaries
+            del completed, summaries, decided
             if selected or not self.queue.writable:
                 await loop.run_in_executor(self._put_executor, self._put_all, selected)
             self._settle()

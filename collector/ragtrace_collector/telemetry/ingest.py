@@ -262,11 +262,11 @@ class IngestMetrics:
         self.inflight_bytes.set(nbytes)
 
     # --- sampling ---
-    def sampled(self, pipeline: str | None, reason: str) -> None:
-        self._sampled.children(pipeline, reason)[0].inc()
+    def sampled(self, pipeline: str | None, reason: str, n: int = 1) -> None:
+        self._sampled.children(pipeline, reason, times=n)[0].inc(n)
 
-    def dropped(self, pipeline: str | None, reason: str) -> None:
-        self._dropped.children(pipeline, reason)[0].inc()
+    def dropped(self, pipeline: str | None, reason: str, n: int = 1) -> None:
+        self._dropped.children(pipeline, reason, times=n)[0].inc(n)
 
     # --- every record ---
     def _series(self, service: str | None, pipeline: str | None, model: str | None, times: int = 1) -> tuple[Any, ...]:

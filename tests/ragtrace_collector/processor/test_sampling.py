@@ -99,3 +99,42 @@ def test_judge_token_budget_over_a_sliding_hour():
     assert budget.acquire() == "budget_tokens"
     now[0] += 1801  # the first 600 leave the window
     assert budget.acquire() is None
+
+
+def test_a_chunk_counted_at_once_counts_what_one_at_a_time_does():
+    # the sweep decides a chunk record by record (the budget is spent in order) and counts it once per pipeline,
+    # outcome and reason: the counters, the bounded pipeline label's overflow included, must not tell the difference
+    from ragtrace_collector.config import BudgetConfig, LimitsConfig
+
+    rng = random.Random(3)
+    records = [
+        RagRecord(
+            trace_id=tid(rng),
+            pipeline=rng.choice(["support", "search", "faq", "p4", "p5", None]),
+            error=rng.choice([None, None, None, "boom"]),
+        )
+        for _ in range(900)
+    ]
+    config = SamplingConfig(rate=0.3, pipelines={"faq": 0.9}, budget=BudgetConfig(records_per_minute=120))
+    limits = LimitsConfig(max_series_per_label_set=6)
+    registries = CollectorRegistry(), CollectorRegistry()
+    one, batch = (
+        Sampler(config, LocalBudget(records_per_minute=120, clock=lambda: 0.0), IngestMetrics(r, limits=limits))
+        for r in registries
+    )
+    singly = [one.select(r) for r in records]
+    decided = [(r, batch.decide(r)) for r in records]
+    batch.count(decided)
+    assert [d for _, d in decided] == singly
+    each, at_once = (
+        {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in r.collect()
+            for s in f.samples
+            if not s.name.endswith("_created")
+        }
+        for r in registries
+    )
+    assert at_once == each
+    assert any(k[0] == "ragtrace_metric_series_overflow_total" and v for k, v in each.items())
+    assert any(k[0] == "ragtrace_traces_dropped_total" and ("reason", "budget_records") in k[1] for k in each)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,9 +60,11 @@ class Decision:
 
 
 class SamplingObserver(Protocol):
-    def sampled(self, pipeline: str | None, reason: str) -> None: ...
+    """Counts decisions: ``n`` records of ``pipeline`` sampled, or dropped, for ``reason``."""
 
-    def dropped(self, pipeline: str | None, reason: str) -> None: ...
+    def sampled(self, pipeline: str | None, reason: str, n: int = 1) -> None: ...
+
+    def dropped(self, pipeline: str | None, reason: str, n: int = 1) -> None: ...
 
 
 class Sampler:
@@ -113,15 +116,24 @@ class Sampler:
         return Decision(True, reason, weight)
 
     def select(self, record: RecordFacts) -> Decision:
-        """Decide and count: the sweep asks with a trace's summary, and builds the record of a sampled one with
-        the decision's weight."""
+        """Decide and count one record (the sweep decides a chunk's records one by one, then counts them at once)."""
         decision = self.decide(record)
-        if self.observer is not None:
-            if decision.sampled:
-                self.observer.sampled(record.pipeline, decision.reason)
-            else:
-                self.observer.dropped(record.pipeline, decision.reason)
+        self.count([(record, decision)])
         return decision
+
+    def count(self, decided: Sequence[tuple[RecordFacts, Decision]]) -> None:
+        """Count decisions taken with :meth:`decide`: once per pipeline, outcome and reason, however many records."""
+        if self.observer is None:
+            return
+        counts: dict[tuple[bool, str | None, str], int] = {}
+        for record, decision in decided:
+            key = (decision.sampled, record.pipeline, decision.reason)
+            counts[key] = counts.get(key, 0) + 1
+        for (sampled, pipeline, reason), n in counts.items():
+            if sampled:
+                self.observer.sampled(pipeline, reason, n)
+            else:
+                self.observer.dropped(pipeline, reason, n)
 
     def sample(self, record: RagRecord) -> bool:
         """Decide, count, and set ``record.sampling_weight`` when selected (a record already whole)."""
