@@ -127,23 +127,33 @@ def _text_bytes(text: str) -> int:
     return len(text) if text.isascii() else sys.getsizeof(text)
 
 
-# Attribute key -> what keeping it costs in ``nbytes`` beyond its value (its text and the slot), or -1 when its
-# prefix is not kept. Spans repeat the same few dozen keys, so one dict lookup replaces a prefix scan and a
-# size check per attribute; bounded in keys and in key length, since clients choose the keys (one not cached is
-# scanned anew each time).
-_KEY_COSTS: dict[str, int] = {}
-_KEY_COSTS_MAX = 4096
-_KEY_COSTS_MAX_CHARS = 200
+# Attribute key -> (the one str every span's attributes share for it, what keeping it costs in ``nbytes`` beyond its
+# value), or ``_NOT_KEPT`` when its prefix is not kept. Spans repeat the same few dozen keys: one dict lookup replaces
+# a prefix scan and a size check per attribute, and the spans in assembly hold one copy of each key instead of one
+# each (a quarter of what a trace keeps). Bounded in keys and in key length, since clients choose the keys: one not
+# here is scanned anew each time and kept as its span received it, its text counted with it.
+_KEYS: dict[str, tuple[str, int]] = {}
+_KEYS_MAX = 4096
+_KEYS_MAX_CHARS = 200
+_NOT_KEPT: tuple[str, int] = ("", -1)
+# A compact ASCII str's header (``sys.getsizeof("")``): what a shared key no longer costs an attribute.
+_STR_HEADER = 49
 
 
-def _key_cost(key: str) -> int:
-    """What keeping attribute ``key`` costs beyond its value, or -1 when its prefix is not kept (cached)."""
-    cost = _KEY_COSTS.get(key)
-    if cost is None:
-        cost = _text_bytes(key) + _ATTR_OVERHEAD if key.startswith(KEPT_PREFIXES) else -1
-        if len(_KEY_COSTS) < _KEY_COSTS_MAX and len(key) <= _KEY_COSTS_MAX_CHARS:
-            _KEY_COSTS[key] = cost
-    return cost
+def _key_entry(key: str) -> tuple[str, int]:
+    """``key``'s shared str and cost, or ``_NOT_KEPT`` (kept in ``_KEYS`` while there is room)."""
+    entry = _KEYS.get(key)
+    if entry is not None:
+        return entry
+    if not key.startswith(KEPT_PREFIXES):
+        entry = _NOT_KEPT
+    elif len(_KEYS) < _KEYS_MAX and len(key) <= _KEYS_MAX_CHARS:
+        entry = (key, _ATTR_OVERHEAD - _STR_HEADER)  # its text is held once, by this table
+    else:
+        return key, _text_bytes(key) + _ATTR_OVERHEAD  # its own copy, in every span that has it
+    if len(_KEYS) < _KEYS_MAX and len(key) <= _KEYS_MAX_CHARS:
+        _KEYS[key] = entry
+    return entry
 
 
 def any_value(v: Any) -> Any:
@@ -182,7 +192,7 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
     """Walk a decoded request once, keeping the interesting attributes of every valid span."""
     out = DecodedRequest()
     traces = out.traces
-    key_costs = _KEY_COSTS
+    keys = _KEYS
     accepted = 0
     last_tid: bytes | None = None  # None, not b"": an empty first trace id must be checked like any other
     trace_hex = ""
@@ -236,12 +246,10 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                     charged.add(trace_hex)
                     nbytes += service_bytes
                 for kv in sp.attributes:
-                    key = kv.key
-                    cost = key_costs.get(key)
-                    if cost is None:
-                        cost = _key_cost(key)
-                    if cost < 0:
+                    entry = keys.get(kv.key) or _key_entry(kv.key)
+                    if entry is _NOT_KEPT:
                         continue
+                    key, cost = entry
                     value = kv.value
                     text = value.string_value  # most values are strings: skip the oneof dispatch
                     if text:

@@ -45,6 +45,11 @@ def _big_status_message(span, i):
     span.set_status(Status(StatusCode.ERROR, f"e{i}-" + "y" * 100_000))
 
 
+def _unshared_keys(span, i):  # keys past what the shared key table holds: each span keeps (and counts) its own
+    for j in range(40):
+        span.set_attribute(f"gen_ai.k{i}-{j}-" + "k" * 220, "v")
+
+
 def _non_ascii_attributes(span, i):  # CPython keeps these at 2 and 4 bytes a character
     span.set_attribute("gen_ai.prompt", f"{i} " + "\u00e9\u4e2d" * 20_000)
     span.set_attribute("gen_ai.completion", f"{i} " + "\N{GRINNING FACE}" * 20_000)
@@ -61,6 +66,7 @@ def _non_ascii_attributes(span, i):  # CPython keeps these at 2 and 4 bytes a ch
         pytest.param(lambda: [_request(_big_name)], id="big-span-names"),
         pytest.param(lambda: [_request(_big_status_message)], id="big-status-messages"),
         pytest.param(lambda: [_request(_non_ascii_attributes)], id="non-ascii-text"),
+        pytest.param(lambda: [_request(_unshared_keys)], id="unshared-keys"),
         pytest.param(
             lambda: [F.to_request(F.ragtrace_shaped(), service=f"svc-{i}-" + "s" * 200_000)[1] for i in range(10)],
             id="big-resource-attributes",
@@ -85,3 +91,16 @@ def test_byte_estimate_tracks_python_memory(requests):
     held = sum(t.size for t in after.traces) - sum(t.size for t in before.traces)
     estimate = sum(s.nbytes for d in decoded for spans in d.traces.values() for s in spans)
     assert 0.8 * held <= estimate <= 1.3 * held, (estimate, held)
+
+
+def test_spans_hold_one_str_for_each_attribute_key():
+    # spans repeat the same few dozen keys: assembly holds one copy of each, not one a span (a quarter of a trace)
+    decoded = [extract_spans(F.to_request(F.ragtrace_shaped())[1]) for _ in range(3)]
+    objects: dict[str, set[int]] = {}
+    for d in decoded:
+        for spans in d.traces.values():
+            for span in spans:
+                for key in span.attrs:
+                    objects.setdefault(key, set()).add(id(key))
+    assert len(objects) > 10
+    assert all(len(ids) == 1 for ids in objects.values()), {k: len(v) for k, v in objects.items() if len(v) > 1}
