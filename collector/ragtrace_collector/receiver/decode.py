@@ -145,13 +145,14 @@ def _key_entry(key: str) -> tuple[str, int]:
     entry = _KEYS.get(key)
     if entry is not None:
         return entry
+    room = len(_KEYS) < _KEYS_MAX and len(key) <= _KEYS_MAX_CHARS
     if not key.startswith(KEPT_PREFIXES):
         entry = _NOT_KEPT
-    elif len(_KEYS) < _KEYS_MAX and len(key) <= _KEYS_MAX_CHARS:
+    elif room:
         entry = (key, _ATTR_OVERHEAD - _STR_HEADER)  # its text is held once, by this table
     else:
         return key, _text_bytes(key) + _ATTR_OVERHEAD  # its own copy, in every span that has it
-    if len(_KEYS) < _KEYS_MAX and len(key) <= _KEYS_MAX_CHARS:
+    if room:
         _KEYS[key] = entry
     return entry
 
@@ -246,7 +247,8 @@ def extract_spans(request: ExportTraceServiceRequest) -> DecodedRequest:
                     charged.add(trace_hex)
                     nbytes += service_bytes
                 for kv in sp.attributes:
-                    entry = keys.get(kv.key) or _key_entry(kv.key)
+                    key = kv.key
+                    entry = keys.get(key) or _key_entry(key)
                     if entry is _NOT_KEPT:
                         continue
                     key, cost = entry

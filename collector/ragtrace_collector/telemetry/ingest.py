@@ -11,9 +11,10 @@ ones are reported as ``other`` or expire.
 from __future__ import annotations
 
 import bisect
+import collections
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -269,14 +270,14 @@ class IngestMetrics:
         self._dropped.children(pipeline, reason, times=n)[0].inc(n)
 
     # --- every record ---
-    def _series(self, service: str | None, pipeline: str | None, model: str | None, times: int = 1) -> tuple[Any, ...]:
+    def _series(self, service: str | None, pipeline: str | None, model: str | None, times: int = 1) -> _Series:
         """The record's children, each label set admitting (or sending to ``other``) its combination; ``times``
         records of it (see :meth:`LabelSet.labels`)."""
         ttft, tpot, gen, tok_in_h, tok_out_h, tok_in, tok_out = self._per_model.children(
             service, pipeline, model, times=times
         )
         req, ret, received, errors = self._per_pipeline.children(service, pipeline, times=times)
-        return (ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors)
+        return _Series(ttft, tpot, req, ret, gen, tok_in_h, tok_out_h, tok_in, tok_out, received, errors)
 
     def observe_record(self, record: RecordFacts) -> None:
         """Latency, tokens and counts of one assembled record, with its trace id as exemplar."""
@@ -288,49 +289,59 @@ class IngestMetrics:
         record), counters are added to once, and a bucket is given the exemplar of the last record in it (a bucket
         keeps only its latest), so an exemplar is not validated and stamped for every observation. Each series sees
         its values in the records' order, as one at a time."""
-        wanted: dict[tuple[str | None, str | None, str | None], int] = {}
-        for record in records:
-            key = (record.service, record.pipeline, record.model)
-            wanted[key] = wanted.get(key, 0) + 1
+        wanted = collections.Counter((r.service, r.pipeline, r.model) for r in records)  # in order of first appearance
         resolved = {key: self._series(*key, times=n) for key, n in wanted.items()}
         series = [resolved[(r.service, r.pipeline, r.model)] for r in records]
-        added: dict[int, tuple[Any, int]] = {}  # id(counter child) -> (child, total)
-
-        def add(counter: Any, amount: int) -> None:
-            held = added.get(id(counter))
-            added[id(counter)] = (counter, amount if held is None else held[1] + amount)
-
-        for record, (*_, tok_in, tok_out, received, errors) in zip(records, series):
-            add(received, 1)
+        added: collections.Counter[Any] = collections.Counter()  # counter child -> what to add to it
+        for record, s in zip(records, series):
+            added[s.received] += 1
             if record.error:
-                add(errors, 1)
+                added[s.errors] += 1
             if record.input_tokens is not None:
-                add(tok_in, record.input_tokens)
+                added[s.input_tokens_total] += record.input_tokens
             if record.output_tokens is not None:
-                add(tok_out, record.output_tokens)
-        for counter, total in added.values():
+                added[s.output_tokens_total] += record.output_tokens
+        for counter, total in added.items():
             if total:
                 counter.inc(total)
-        for position, field, bounds in _HISTOGRAMS:
-            values = [(getattr(r, field), r.trace_id, s[position]) for r, s in zip(records, series)]
-            last: dict[tuple[int, int], int] = {}  # (id(child), bucket) -> the last record in it with a trace id
-            for i, (value, trace_id, child) in enumerate(values):
-                if value is not None and trace_id:
-                    last[id(child), bisect.bisect_left(bounds, value)] = i
+        for histogram, field in _HISTOGRAMS:
+            values = [(getattr(r, field), r.trace_id, getattr(s, histogram)) for r, s in zip(records, series)]
+            # (child, bucket) -> the last record in it with a trace id; ``le`` is the first bound at or above a value,
+            # as ``Histogram.observe`` places it
+            last = {
+                (child, bisect.bisect_left(child._upper_bounds, value)): i
+                for i, (value, trace_id, child) in enumerate(values)
+                if value is not None and trace_id
+            }
             carrying = set(last.values())
             for i, (value, trace_id, child) in enumerate(values):
                 if value is not None:
                     child.observe(value, {"trace_id": trace_id} if i in carrying else None)
 
 
-# Each histogram of a record: its position in ``IngestMetrics._series``, the record's field, its buckets (``le``: the
-# first bound at or above a value, as ``Histogram.observe`` places it, so the last exemplar of each bucket is known).
-_HISTOGRAMS: tuple[tuple[int, str, tuple[float, ...]], ...] = (
-    (0, "ttft_seconds", DURATION_BUCKETS),
-    (1, "tpot_seconds", TPOT_BUCKETS),
-    (2, "request_duration_seconds", DURATION_BUCKETS),
-    (3, "retrieval_duration_seconds", DURATION_BUCKETS),
-    (4, "generation_duration_seconds", DURATION_BUCKETS),
-    (5, "input_tokens", TOKEN_BUCKETS),
-    (6, "output_tokens", TOKEN_BUCKETS),
+class _Series(NamedTuple):
+    """One label combination's children of the per-record metrics."""
+
+    ttft: Any
+    tpot: Any
+    request: Any
+    retrieval: Any
+    generation: Any
+    input_tokens: Any
+    output_tokens: Any
+    input_tokens_total: Any
+    output_tokens_total: Any
+    received: Any
+    errors: Any
+
+
+# Each histogram child of a record's :class:`_Series` and the record field it observes.
+_HISTOGRAMS: tuple[tuple[str, str], ...] = (
+    ("ttft", "ttft_seconds"),
+    ("tpot", "tpot_seconds"),
+    ("request", "request_duration_seconds"),
+    ("retrieval", "retrieval_duration_seconds"),
+    ("generation", "generation_duration_seconds"),
+    ("input_tokens", "input_tokens"),
+    ("output_tokens", "output_tokens"),
 )

@@ -7,11 +7,12 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from ragtrace_collector.config import SamplingConfig
+from ragtrace_collector.config import BudgetConfig, LimitsConfig, SamplingConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.processor.sampling.budget import LocalBudget
 from ragtrace_collector.processor.sampling.sampler import Sampler, in_rate_sample
 from ragtrace_collector.telemetry.ingest import IngestMetrics
+from tests.support.metric_samples import exposed
 
 
 def tid(rng: random.Random) -> str:
@@ -104,8 +105,6 @@ def test_judge_token_budget_over_a_sliding_hour():
 def test_a_chunk_counted_at_once_counts_what_one_at_a_time_does():
     # the sweep decides a chunk record by record (the budget is spent in order) and counts it once per pipeline,
     # outcome and reason: the counters, the bounded pipeline label's overflow included, must not tell the difference
-    from ragtrace_collector.config import BudgetConfig, LimitsConfig
-
     rng = random.Random(3)
     records = [
         RagRecord(
@@ -126,15 +125,7 @@ def test_a_chunk_counted_at_once_counts_what_one_at_a_time_does():
     decided = [(r, batch.decide(r)) for r in records]
     batch.count(decided)
     assert [d for _, d in decided] == singly
-    each, at_once = (
-        {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in r.collect()
-            for s in f.samples
-            if not s.name.endswith("_created")
-        }
-        for r in registries
-    )
+    (each, _), (at_once, _) = (exposed(r) for r in registries)
     assert at_once == each
     assert any(k[0] == "ragtrace_metric_series_overflow_total" and v for k, v in each.items())
     assert any(k[0] == "ragtrace_traces_dropped_total" and ("reason", "budget_records") in k[1] for k in each)

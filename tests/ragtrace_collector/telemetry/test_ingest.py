@@ -11,6 +11,7 @@ from ragtrace_collector.config import LimitsConfig
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.service.app import metrics_response
 from ragtrace_collector.telemetry.ingest import DURATION_BUCKETS, TOKEN_BUCKETS, TPOT_BUCKETS, IngestMetrics
+from tests.support.metric_samples import exposed
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -100,20 +101,6 @@ def test_label_values_are_bounded():
     assert pipelines == {"p0", "p1", "p2", "other", "unknown"}
 
 
-def _exposed(registry: CollectorRegistry) -> tuple[dict, dict]:
-    """Every sample's value and every bucket's exemplar (trace id and value, not its time), ``_created`` aside."""
-    values, exemplars = {}, {}
-    for family in registry.collect():
-        for s in family.samples:
-            if s.name.endswith("_created"):
-                continue
-            key = (s.name, tuple(sorted(s.labels.items())))
-            values[key] = s.value
-            if s.exemplar is not None:
-                exemplars[key] = (s.exemplar.labels, s.exemplar.value)
-    return values, exemplars
-
-
 def test_observing_a_sweep_at_once_exposes_what_observing_each_record_does():
     # observe_records looks each label combination up once and stamps only the last exemplar of each bucket: the
     # scrape must not tell the difference, overflowing label sets, records without a trace id and absent values
@@ -146,7 +133,7 @@ def test_observing_a_sweep_at_once_exposes_what_observing_each_record_does():
         one.observe_record(r)
     for start in range(0, len(records), 256):  # the sweep's chunks
         batch.observe_records(records[start : start + 256])
-    (v_each, x_each), (v_once, x_once) = _exposed(each), _exposed(at_once)
+    (v_each, x_each), (v_once, x_once) = exposed(each), exposed(at_once)
     assert v_once == v_each
     assert x_once == x_each
     assert v_each[("ragtrace_metric_series_overflow_total", (("metric", "ragtrace_time_to_first_token_seconds"),))] > 0
