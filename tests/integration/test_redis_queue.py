@@ -506,16 +506,18 @@ def test_extend_keeps_a_slow_workers_lease_and_fails_once_lost(redis_server, pre
     q = make(redis_server, prefix)
     q.put(rec(1))
     slow = make(redis_server, prefix, consumer="slow")
-    (leased,) = slow.lease(1, lease_seconds=0.4)
+    # A 1 s lease renewed every 0.5 s: a host that stalls a test process for up to half a second (CI's two cores
+    # shared by parallel workers did, for 0.4 s) still renews in time.
+    (leased,) = slow.lease(1, lease_seconds=1.0)
     other = make(redis_server, prefix, consumer="other")
-    for _ in range(3):  # 0.75 s in all, longer than the lease, renewed every 0.25 s
-        time.sleep(0.25)
-        assert slow.extend(leased.receipt, 0.4)
-        assert other.lease(1, lease_seconds=0.4) == []
-    time.sleep(0.5)  # heartbeat stops (worker died): the lease lapses
-    (taken,) = other.lease(1, lease_seconds=0.4)
+    for _ in range(3):  # 1.5 s in all, longer than the lease
+        time.sleep(0.5)
+        assert slow.extend(leased.receipt, 1.0)
+        assert other.lease(1, lease_seconds=1.0) == []
+    time.sleep(1.3)  # heartbeat stops (worker died): the lease lapses
+    (taken,) = other.lease(1, lease_seconds=1.0)
     assert taken.record.trace_id == leased.record.trace_id
-    assert slow.extend(leased.receipt, 0.4) is False  # lost: the old holder cannot take it back
+    assert slow.extend(leased.receipt, 1.0) is False  # lost: the old holder cannot take it back
     assert other.lease(1, lease_seconds=30) == [] and slow.lease(1, lease_seconds=30) == []
 
 

@@ -83,7 +83,8 @@ def test_token_with_loopback_and_all_interfaces(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 60
         while not _listening(ports[0]):
-            assert proc.poll() is None and time.monotonic() < deadline
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline
             time.sleep(0.1)
         r = httpx.post(
             f"http://127.0.0.1:{ports[0]}/v1/traces", content=b"{}", headers={"Content-Type": "application/json"}
