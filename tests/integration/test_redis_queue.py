@@ -117,12 +117,12 @@ def test_dead_consumers_entries_are_reclaimed_after_lease(redis_server, prefix):
     q = make(redis_server, prefix)
     q.put(rec(1))
     dead = make(redis_server, prefix, consumer="dead-worker")
-    first = dead.lease(1, lease_seconds=0.3)
+    first = dead.lease(1, lease_seconds=1.0)
     assert len(first) == 1 and first[0].attempts == 1
     alive = make(redis_server, prefix, consumer="alive-worker")
-    assert alive.lease(1, lease_seconds=0.3) == []  # lease not yet expired
-    time.sleep(0.4)
-    again = alive.lease(1, lease_seconds=0.3)
+    assert alive.lease(1, lease_seconds=1.0) == []  # lease not yet expired
+    time.sleep(1.2)
+    again = alive.lease(1, lease_seconds=1.0)
     assert len(again) == 1 and again[0].record.trace_id == f"{1:032x}"
     assert again[0].attempts == 2 and alive.reclaimed == 1
     # The dead worker's late release must not undo the takeover; its late ack would be harmless.
@@ -136,11 +136,11 @@ def test_release_with_delay_hides_record_until_due(redis_server, prefix):
     q = make(redis_server, prefix)
     q.put(rec(1))
     (leased,) = q.lease(1, lease_seconds=30)
-    q.release(leased.receipt, delay=0.5)
+    q.release(leased.receipt, delay=1.0)
     assert q.depth() == 1
     assert q.oldest_age() >= 0.0
     assert q.lease(1, lease_seconds=30) == []
-    time.sleep(0.6)
+    time.sleep(1.2)
     other = make(redis_server, prefix)
     (again,) = other.lease(1, lease_seconds=30)
     assert again.record.trace_id == leased.record.trace_id

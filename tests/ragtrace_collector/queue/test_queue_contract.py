@@ -83,10 +83,10 @@ def test_an_expired_lease_is_delivered_again_to_another_worker(make_queue):
     # with the claiming worker's lease, SQLite with the holder's, and the two agree only then
     dead, alive = make_queue(), make_queue()
     dead.put(rec(7))
-    (first,) = dead.lease(1, lease_seconds=0.3)
-    assert alive.lease(1, lease_seconds=0.3) == []  # still leased
-    time.sleep(0.5)
-    (again,) = alive.lease(1, lease_seconds=0.3)
+    (first,) = dead.lease(1, lease_seconds=1.0)  # leases of a second: a host stalling a test for half one passes
+    assert alive.lease(1, lease_seconds=1.0) == []  # still leased
+    time.sleep(1.2)
+    (again,) = alive.lease(1, lease_seconds=1.0)
     assert again.record.trace_id == first.record.trace_id and again.attempts == 2
     alive.ack(again.receipt)
     assert alive.depth() == 0
@@ -96,9 +96,9 @@ def test_release_gives_a_record_back_after_its_delay_keeping_its_age(make_queue)
     q = make_queue()
     q.put(rec(1))
     (leased,) = q.lease(1, lease_seconds=30)
-    q.release(leased.receipt, delay=0.4)
+    q.release(leased.receipt, delay=1.0)
     assert q.depth() == 1 and q.lease(1, 30) == []  # hidden until due
-    time.sleep(0.55)
+    time.sleep(1.2)
     (again,) = make_queue().lease(1, lease_seconds=30)
     assert again.record.trace_id == leased.record.trace_id and again.attempts == 2
     assert abs(again.enqueued_at - leased.enqueued_at) < 1e-3
@@ -107,13 +107,13 @@ def test_release_gives_a_record_back_after_its_delay_keeping_its_age(make_queue)
 def test_extend_keeps_a_slow_workers_lease_and_says_when_it_was_lost(make_queue):
     slow, other = make_queue(), make_queue()
     slow.put(rec(1))
-    (leased,) = slow.lease(1, lease_seconds=0.4)
+    (leased,) = slow.lease(1, lease_seconds=1.0)
     for _ in range(3):  # a heartbeat well inside the lease: never delivered elsewhere
-        time.sleep(0.2)
-        assert slow.extend(leased.receipt, 0.4)
-        assert other.lease(1, lease_seconds=0.4) == []
-    time.sleep(0.6)  # the heartbeat stopped: the lease expires and another worker takes it
-    (taken,) = other.lease(1, lease_seconds=0.4)
+        time.sleep(0.5)
+        assert slow.extend(leased.receipt, 1.0)
+        assert other.lease(1, lease_seconds=1.0) == []
+    time.sleep(1.3)  # the heartbeat stopped: the lease expires and another worker takes it
+    (taken,) = other.lease(1, lease_seconds=1.0)
     assert taken.record.trace_id == leased.record.trace_id
     assert slow.extend(leased.receipt, 30) is False
 
