@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -90,6 +91,26 @@ async def served():
     for http, grpc_receiver in started:
         await http.shutdown()
         await grpc_receiver.shutdown(0)
+
+
+def tracebacks(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
+    """The records logged with an exception, but for gRPC's poller reaching an earlier test's closed event loop.
+
+    Each test runs on its own loop; a gRPC object of the test before (its server, stopped) can have one last event
+    that grpcio's poller hands to that closed loop while this one runs (seen under a loaded host). That is no
+    exception of this test's, nor of the collector's, which serves on one loop for its whole life.
+    """
+
+    def earlier_loops(r: logging.LogRecord) -> bool:
+        exc = r.exc_info[1] if r.exc_info else None
+        return (
+            r.name == "asyncio"
+            and "PollerCompletionQueue._handle_events" in r.getMessage()
+            and isinstance(exc, RuntimeError)
+            and str(exc) == "Event loop is closed"
+        )
+
+    return [r for r in records if r.exc_info and not earlier_loops(r)]
 
 
 def to_otlp_json(request: ExportTraceServiceRequest) -> bytes:
@@ -192,7 +213,7 @@ async def test_undecodable_json_is_a_counted_400(served, body, caplog):
     message = json.loads(reply)["message"]
     assert message and len(message) <= 1024  # clear, and never an echo of a huge body
     assert stack.requests("http", "malformed") == 1
-    assert not [r for r in caplog.records if r.exc_info], "a malformed body is the client's error, not a traceback"
+    assert not tracebacks(caplog.records), "a malformed body is the client's error, not a traceback"
     assert await stack.export("http-json", F.to_request(F.ragtrace_shaped())[1]) == (0, "")  # still serving
 
 
@@ -240,7 +261,7 @@ async def test_undecodable_protobuf_is_counted_invalid_argument(served, transpor
         status, reply = await stack.post(body, "application/x-protobuf")
         assert status == 400, reply[:300]
         assert stack.requests("http", "malformed") == 1
-    assert not [r for r in caplog.records if r.exc_info]
+    assert not tracebacks(caplog.records)
 
 
 def _bad(kind: str) -> Callable[[Span], None]:
