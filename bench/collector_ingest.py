@@ -59,6 +59,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from summary import add_json_out, emit  # noqa: E402
 
+from tests.support.net import free_port  # noqa: E402
+
 TRACES_PER_REQUEST = 170
 DOC_BYTES = 1000
 
@@ -327,30 +329,6 @@ def proc_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports (each socket held until all are chosen, so none is handed out twice)."""
-    import socket
-
-    held = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_collector(
     data_dir: str,
     sampling_rate: float,
@@ -360,7 +338,7 @@ def start_collector(
     tree: Path = REPO,
 ):
     """A collector of checkout ``tree`` (this one by default; ``--against-tree`` names another)."""
-    http, grpc_port, metrics = free_ports(3)
+    http, grpc_port, metrics = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         **(extra_env or {}),
