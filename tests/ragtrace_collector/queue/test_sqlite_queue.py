@@ -52,9 +52,9 @@ def test_full_queue_drops_newest_and_counts(tmp_path):
 def test_expired_lease_is_redelivered(tmp_path):
     q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
     q.put(rec(1))
-    first = q.lease(1, lease_seconds=0.2)
-    assert len(first) == 1 and q.lease(1, 0.2) == []
-    time.sleep(0.3)
+    first = q.lease(1, lease_seconds=1.0)  # a second: a test process stalled half of one still asserts in time
+    assert len(first) == 1 and q.lease(1, 1.0) == []
+    time.sleep(1.2)
     again = q.lease(1, lease_seconds=30)
     assert len(again) == 1 and again[0].attempts == 2
     # a stale release (old receipt) does not cut the new lease short
@@ -201,12 +201,12 @@ def test_unreadable_row_is_dropped_and_counted_not_redelivered_forever(tmp_path)
 def test_extend_keeps_a_lease_alive_and_fails_once_lost(tmp_path):
     q = SQLiteQueue(tmp_path / "q.sqlite", max_depth=10)
     q.put(rec(1))
-    (lease,) = q.lease(1, lease_seconds=0.3)
-    time.sleep(0.2)
-    assert q.extend(lease.receipt, 0.5)
-    time.sleep(0.2)
+    (lease,) = q.lease(1, lease_seconds=1.0)
+    time.sleep(0.6)
+    assert q.extend(lease.receipt, 1.5)
+    time.sleep(0.6)
     assert q.lease(1, 30) == []  # would have expired without the extension
-    time.sleep(0.4)
+    time.sleep(1.2)
     (taken,) = q.lease(1, 30)
     assert q.extend(lease.receipt, 30) is False  # the old delivery's lease is gone
     assert q.extend(taken.receipt, 30) is True
