@@ -15,6 +15,12 @@ in pieces under 16 MB; ``train_reader.py unpack`` joins them into ``reader.pt``)
 training record and both models' figures on the calibration pairs, which neither trained on).
 
     python3 scripts/reader_distil.py --pack .gpu --out OUT --device cuda
+
+``--teacher-model DIR`` takes the teacher from outside instead: a classifier pretrained for entailment (a
+transformers folder with ``config.json``, its weights and ``tokenizer.json``, e.g. an MNLI cross-encoder), read as
+the log-odds of its entailment class over the pair (evidence as premise, claim as hypothesis, its own tokenizer),
+fine-tuned on the pack's pairs for ``--teacher-epochs`` (0: as it comes), and distilled into the same student. The
+student and the teacher need not share a tokenizer: distillation only needs each pair's P.
 """
 
 from __future__ import annotations
@@ -69,13 +75,47 @@ def build(pack: Path, layers: int, state: dict[str, torch.Tensor]) -> PairClassi
     return PairClassifier(encoder)
 
 
+class NliTeacher(torch.nn.Module):
+    """A pretrained NLI classifier read as one logit, the log-odds of its entailment class against all the others,
+    so that it trains (binary cross-entropy on supported / not) and predicts as a :class:`PairClassifier` does:
+    its sigmoid is the classifier's softmax probability of entailment."""
+
+    def __init__(self, model: Any, entailment: int) -> None:
+        super().__init__()
+        self.model = model
+        self.entailment = entailment
+        self.uses_types = getattr(model.config, "type_vocab_size", 0) > 1  # RoBERTa has one type, DeBERTa-v3 none
+
+    def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids if self.uses_types else None,
+        ).logits.float()
+        e = self.entailment
+        others = torch.cat([logits[:, :e], logits[:, e + 1 :]], dim=1)
+        return logits[:, e] - torch.logsumexp(others, dim=1)
+
+
+def entailment_index(config: Any, label: str) -> int:
+    """The index of the class whose name starts with ``label`` (case aside) in the model's ``id2label``."""
+    names = {int(i): str(name) for i, name in config.id2label.items()}
+    found = [i for i, name in names.items() if name.lower().startswith(label.lower())]
+    if len(names) < 2 or len(found) != 1:
+        raise SystemExit(f"--teacher-label {label!r} names no single class among {sorted(names.items())}")
+    return found[0]
+
+
 class Encoded:
     """Pairs tokenized once (cut at ``max_tokens``, as the judge cuts them), batched by like length."""
 
-    def __init__(self, tokenizer: Any, pairs: list[dict], max_tokens: int) -> None:
+    def __init__(self, tokenizer: Any, pairs: list[dict], max_tokens: int, premise_first: bool = False) -> None:
+        """``premise_first``: the evidence first and the claim second, as an NLI model reads a pair (premise,
+        hypothesis); the reader reads the claim first."""
         tokenizer.enable_truncation(max_length=max_tokens)
         tokenizer.no_padding()
-        enc = tokenizer.encode_batch([(p["a"], p["b"] or ".") for p in pairs])
+        order = [((p["b"] or "."), p["a"]) if premise_first else (p["a"], p["b"] or ".") for p in pairs]
+        enc = tokenizer.encode_batch(order)
         self.ids = [e.ids for e in enc]
         self.types = [e.type_ids for e in enc]
         self.labels = np.asarray([float(p["label"]) for p in pairs], dtype=np.float32)
@@ -113,7 +153,7 @@ class Encoded:
 
 
 def fit(
-    model: PairClassifier,
+    model: torch.nn.Module,
     data: Encoded,
     *,
     seconds: float,
@@ -178,7 +218,7 @@ def fit(
 
 
 @torch.no_grad()
-def predict(model: PairClassifier, data: Encoded, device: str, batch: int = 512) -> np.ndarray:
+def predict(model: torch.nn.Module, data: Encoded, device: str, batch: int = 512) -> np.ndarray:
     model.to(device).eval()
     out = np.zeros(len(data), dtype=np.float32)
     autocast = (
@@ -250,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher-lr", type=float, default=8e-5)
     parser.add_argument("--student-lr", type=float, default=1.5e-4)
     parser.add_argument("--distil", type=float, default=0.5, help="the teacher's share of the student's target")
+    parser.add_argument(
+        "--teacher-model", type=Path, help="a pretrained NLI classifier's folder as the teacher (see the docstring)"
+    )
+    parser.add_argument("--teacher-label", default="entail", help="how the outside teacher's entailment class starts")
+    parser.add_argument("--teacher-max-tokens", type=int, default=128, help="the outside teacher's cut")
     parser.add_argument("--limit", type=int, default=0, help="smoke runs: the first N pairs of each file")
     parser.add_argument(
         "--student-init", type=Path, help="start the student from an earlier run's output folder (report.json, pieces)"
@@ -280,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         "distil": args.distil,
     }
 
-    if args.teacher_layers:
+    if args.teacher_model:
+        distil_from_model(args, report, train_pairs, calib_pairs, train)
+    elif args.teacher_layers:
         distil(args, report, state, train, calib_pairs, calib)
     student = build(args.pack, args.student_layers, state)
     if args.student_init:  # another epoch of an earlier student, on labels alone (say, on new kinds of edits)
@@ -330,6 +377,42 @@ def distil(
     p_teacher = predict(teacher, train, args.device)
     train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
     report["teacher"]["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
+    teacher.to("cpu")
+
+
+def distil_from_model(
+    args: argparse.Namespace, report: dict[str, Any], train_pairs: list[dict], calib_pairs: list[dict], train: Encoded
+) -> None:
+    """The outside teacher (``--teacher-model``), fine-tuned for ``--teacher-epochs`` (0: read as it comes) on its
+    own tokenization of the pairs; then the student's targets, as :func:`distil` sets them."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForSequenceClassification
+
+    folder: Path = args.teacher_model
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    own_train = Encoded(tokenizer, train_pairs, args.teacher_max_tokens, premise_first=True)
+    own_calib = Encoded(tokenizer, calib_pairs, args.teacher_max_tokens, premise_first=True)
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder))
+    entailment = entailment_index(model.config, args.teacher_label)
+    teacher = NliTeacher(model, entailment)
+    record: dict[str, Any] = {"model": str(folder), "entailment": model.config.id2label[entailment]}
+    if args.teacher_epochs:
+        record |= fit(
+            teacher,
+            own_train,
+            seconds=args.teacher_seconds,
+            max_epochs=args.teacher_epochs,
+            batch=args.batch,
+            lr=args.teacher_lr,
+            device=args.device,
+            name="teacher",
+        )
+    record["calibration"] = figures(calib_pairs, predict(teacher, own_calib, args.device))
+    print(json.dumps(record["calibration"]["all"]), flush=True)
+    p_teacher = predict(teacher, own_train, args.device)
+    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
+    record["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
+    report["teacher"] = record
     teacher.to("cpu")
 
 

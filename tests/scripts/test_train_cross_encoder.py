@@ -4,29 +4,16 @@ them), so they run in every test run rather than only where a training environme
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
 
 from ragtrace_collector.scoring.judges.local.cross_encoder import CascadeParams
-from tests.support.paths import REPO
+from tests.support.scripts import load_script
 
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-train = _script("train_cross_encoder")
-features_split = _script("train_local_judge").split_of
+train = load_script("train_cross_encoder")
+features_split = load_script("train_local_judge").split_of
 
 QUESTIONS = [f"question number {i} about topic {i % 7}?" for i in range(2000)]
 

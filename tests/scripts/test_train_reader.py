@@ -3,27 +3,14 @@ one-edit contradictions, the questionless pairs, the calibration split, the veto
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from types import ModuleType
 
 import numpy as np
 
 from ragtrace_collector.scoring.judges.local.reader import ReaderParams
-from tests.support.paths import REPO
+from tests.support.scripts import load_script
 
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-reader = _script("train_reader")
+reader = load_script("train_reader")
 
 
 def test_negation_is_added_after_the_auxiliary_or_removed() -> None:
