@@ -441,6 +441,21 @@ def export(args: argparse.Namespace) -> None:
 
 
 # the accelerator's path: pack, scripts/reader_distil.py there, unpack ------------------------------
+def travelling_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """Pretrained weights as the pack carries them (``reader_distil.pretrained_state`` reads them back): the word
+    embeddings int8 per row with their fp16 scales, the rest fp16."""
+    import torch
+
+    weights: dict[str, Any] = {}
+    for name, value in state.items():
+        if name == "embeddings.word_embeddings.weight":
+            scale = value.abs().amax(dim=1).clamp(min=1e-8) / 127
+            weights[name] = {"q": torch.round(value / scale.unsqueeze(1)).to(torch.int8), "scale": scale.half()}
+        else:
+            weights[name] = value.half()
+    return weights
+
+
 def pack(args: argparse.Namespace) -> None:
     """The folder ``scripts/reader_distil.py`` trains from, small enough to travel to a lent GPU: the training
     and calibration pairs, the judge's tokenizer, the pretrained config and weights (word embeddings int8 per
@@ -477,14 +492,7 @@ def pack(args: argparse.Namespace) -> None:
     source = args.pretrained or CE.pretrained_dir()
     shutil.copyfile(source / "config.json", out / "config.json")
     shutil.copyfile(CE.DEFAULT_TOKENIZER, out / "tokenizer.json")
-    weights: dict[str, Any] = {}
-    for name, value in load_file(str(source / "model.safetensors")).items():
-        if name == "embeddings.word_embeddings.weight":
-            scale = value.abs().amax(dim=1).clamp(min=1e-8) / 127
-            weights[name] = {"q": torch.round(value / scale.unsqueeze(1)).to(torch.int8), "scale": scale.half()}
-        else:
-            weights[name] = value.half()
-    torch.save(weights, out / "weights.pt")
+    torch.save(travelling_weights(load_file(str(source / "model.safetensors"))), out / "weights.pt")
     (out / "pack.json").write_text(json.dumps({"training_sources": _counts(train), "calibration": len(calib)}))
     size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
     print(f"packed {len(train)} training and {len(calib)} calibration pairs in {out} ({size:.1f} MB)", file=sys.stderr)

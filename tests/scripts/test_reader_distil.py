@@ -21,6 +21,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from tests.support.scripts import load_script  # noqa: E402
 
 distil = load_script("reader_distil")
+packing = load_script("train_reader")  # the pack's weight format
 
 LABELS = {0: "contradiction", 1: "entailment", 2: "neutral"}
 PAIRS = [
@@ -77,13 +78,7 @@ def pack(tmp_path: Path) -> Path:
     folder.mkdir()
     config = _config()
     config.to_json_file(str(folder / "config.json"))
-    weights: dict[str, Any] = {}
-    for name, value in transformers.BertModel(config, add_pooling_layer=False).state_dict().items():
-        if name == "embeddings.word_embeddings.weight":
-            scale = value.abs().amax(dim=1).clamp(min=1e-8) / 127
-            weights[name] = {"q": torch.round(value / scale.unsqueeze(1)).to(torch.int8), "scale": scale.half()}
-        else:
-            weights[name] = value.half()
+    weights = packing.travelling_weights(transformers.BertModel(config, add_pooling_layer=False).state_dict())
     torch.save(weights, folder / "weights.pt")
     _tokenizer().save(str(folder / "tokenizer.json"))
     for name in ("train.jsonl.gz", "calib.jsonl.gz"):
