@@ -335,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         blob = b"".join((args.student_init / name).read_bytes() for name in earlier["pieces"])
         student.load_state_dict({k: v.float() for k, v in torch.load(io.BytesIO(blob)).items()})
         report["student_init"] = {"from": str(args.student_init), "teacher": earlier.get("teacher")}
-    report["student"] = fit_and_score(args, "student", student, train, calib_pairs, calib)
+    report["student"] = {"layers": args.student_layers} | fit_and_score(
+        args, "student", student, train, calib_pairs, calib
+    )
     report["pieces"] = save_pieces(student, args.out, "student")
     report["seconds"] = round(time.time() - started, 1)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
@@ -344,11 +346,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fit_and_score(
-    args: argparse.Namespace, role: str, model: PairClassifier, train: Encoded, calib_pairs: list[dict], calib: Encoded
+    args: argparse.Namespace, role: str, model: torch.nn.Module, train: Encoded, calib_pairs: list[dict], calib: Encoded
 ) -> dict[str, Any]:
-    """Fit the teacher or the student with its own ``--<role>-*`` options; its record with its calibration figures."""
+    """Fit the teacher or the student with its own ``--<role>-*`` options (``--teacher-epochs 0``: not at all); its
+    record with its calibration figures."""
     options = vars(args)
-    record = {"layers": options[f"{role}_layers"]} | fit(
+    record = fit(
         model,
         train,
         seconds=options[f"{role}_seconds"],
@@ -363,6 +366,12 @@ def fit_and_score(
     return record
 
 
+def learn_from(args: argparse.Namespace, train: Encoded, p_teacher: np.ndarray) -> float:
+    """Set the student's targets, ``--distil`` of the teacher's P and the rest the label; how often the two agree."""
+    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
+    return round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
+
+
 def distil(
     args: argparse.Namespace,
     report: dict[str, Any],
@@ -371,12 +380,12 @@ def distil(
     calib_pairs: list[dict],
     calib: Encoded,
 ) -> None:
-    """Train the teacher, then set the student's targets: ``--distil`` of the teacher's P, the rest the label."""
+    """Train the teacher, then set the student's targets from it."""
     teacher = build(args.pack, args.teacher_layers, state)
-    report["teacher"] = fit_and_score(args, "teacher", teacher, train, calib_pairs, calib)
-    p_teacher = predict(teacher, train, args.device)
-    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
-    report["teacher"]["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
+    report["teacher"] = {"layers": args.teacher_layers} | fit_and_score(
+        args, "teacher", teacher, train, calib_pairs, calib
+    )
+    report["teacher"]["train_agreement"] = learn_from(args, train, predict(teacher, train, args.device))
     teacher.to("cpu")
 
 
@@ -395,24 +404,10 @@ def distil_from_model(
     model = AutoModelForSequenceClassification.from_pretrained(str(folder))
     entailment = entailment_index(model.config, args.teacher_label)
     teacher = NliTeacher(model, entailment)
-    record: dict[str, Any] = {"model": str(folder), "entailment": model.config.id2label[entailment]}
-    if args.teacher_epochs:
-        record |= fit(
-            teacher,
-            own_train,
-            seconds=args.teacher_seconds,
-            max_epochs=args.teacher_epochs,
-            batch=args.batch,
-            lr=args.teacher_lr,
-            device=args.device,
-            name="teacher",
-        )
-    record["calibration"] = figures(calib_pairs, predict(teacher, own_calib, args.device))
-    print(json.dumps(record["calibration"]["all"]), flush=True)
-    p_teacher = predict(teacher, own_train, args.device)
-    train.soft = ((1 - args.distil) * train.labels + args.distil * p_teacher).astype(np.float32)
-    record["train_agreement"] = round(float(((p_teacher >= 0.5) == (train.labels >= 0.5)).mean()), 4)
-    report["teacher"] = record
+    report["teacher"] = {"model": str(folder), "entailment": model.config.id2label[entailment]} | fit_and_score(
+        args, "teacher", teacher, own_train, calib_pairs, own_calib
+    )
+    report["teacher"]["train_agreement"] = learn_from(args, train, predict(teacher, own_train, args.device))
     teacher.to("cpu")
 
 

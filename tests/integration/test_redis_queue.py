@@ -10,6 +10,7 @@ import uuid
 import pytest
 import redis
 
+from ragtrace_collector.internal.redis import UNAVAILABLE
 from ragtrace_collector.model.record import RagRecord
 from ragtrace_collector.queue import open_queue
 from ragtrace_collector.queue.redis import RedisStreamQueue, ScoredMarks
@@ -41,8 +42,6 @@ def lease_patiently(q: RedisStreamQueue, n: int, lease_seconds: float = 30, time
     A Redis just restarted with ``appendfsync always`` on a busy host (CI runs the suite in parallel) may take longer
     than the client's 2 s to answer its first write (``XGROUP CREATE``); that is an outage for the worker, not a loss.
     """
-    from ragtrace_collector.internal.redis import UNAVAILABLE
-
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -133,6 +133,9 @@ def test_the_student_learns_half_the_label_and_half_the_teachers_entailment_with
         teacher_label="entail",
         teacher_max_tokens=64,
         teacher_epochs=0,  # as it comes: its P is the pretrained model's
+        teacher_seconds=1e9,
+        teacher_lr=1e-5,
+        batch=8,
         distil=0.5,
         device="cpu",
     )
